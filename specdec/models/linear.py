@@ -1,0 +1,103 @@
+"""The linear kernel, chosen at load time by measurement.
+
+Stock `F.linear` (MKL) on the AMD CPUs we run on makes a forward over 2-16 rows cost
+1.4-4x a forward over one row, which erases the point of verifying k tokens at once.
+oneDNN prepacked weights (`mkldnn._linear_pointwise`) do not have that cliff. We time
+both on a representative shape, keep the faster, and cache the choice per process.
+
+Exactness: the oneDNN path gives bit-identical rows for any M >= 2 (row i of an
+M-row product does not depend on M). M = 1 takes a different kernel, so that path
+pads single-row inputs to two rows. `row_invariant` records whether the chosen path
+has this property; see docs/exactness.md.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def _onednn_available(device: torch.device) -> bool:
+    return (device.type == "cpu" and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+class LinearKernel:
+    """A way of computing x @ W^T (+ b). `pack` prepares a weight once; `__call__` applies it."""
+    name = "stock"
+    min_rows = 1          # pad inputs with fewer rows than this
+    row_invariant = False  # row i of the output independent of the number of rows?
+
+    def pack(self, weight: torch.Tensor):
+        return weight
+
+    def __call__(self, x: torch.Tensor, packed, bias):
+        return F.linear(x, packed, bias)
+
+
+class OneDNNKernel(LinearKernel):
+    name = "onednn"
+    min_rows = 2
+    row_invariant = True
+
+    def pack(self, weight):
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), 16)
+
+    def __call__(self, x, packed, bias):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        m = x2.shape[0]
+        if m < self.min_rows:
+            x2 = torch.cat([x2, x2.new_zeros(self.min_rows - m, x2.shape[1])])
+        y = torch.ops.mkldnn._linear_pointwise(x2, packed, bias, "none", [], "")
+        return y[:m].reshape(*shape[:-1], y.shape[-1])
+
+
+KERNELS = {"stock": LinearKernel, "onednn": OneDNNKernel}
+
+
+def _time(fn, reps=20) -> float:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+@functools.lru_cache(maxsize=None)
+def choose_kernel(device_type: str = "cpu", d_in: int = 512, d_out: int = 1536) -> LinearKernel:
+    """Measure the available kernels at M = 1 and M = 5 and keep the cheapest.
+
+    `SPECDEC_LINEAR=stock|onednn` overrides the measurement.
+    """
+    forced = os.environ.get("SPECDEC_LINEAR")
+    device = torch.device(device_type)
+    if forced:
+        if forced not in KERNELS:
+            raise ValueError(f"SPECDEC_LINEAR must be one of {sorted(KERNELS)}")
+        if forced == "onednn" and not _onednn_available(device):
+            return LinearKernel()
+        return KERNELS[forced]()
+    if not _onednn_available(device):
+        return LinearKernel()
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(d_out, d_in, generator=g)
+    costs = {}
+    for kernel in (LinearKernel(), OneDNNKernel()):
+        try:
+            packed = kernel.pack(w)
+            t = 0.0
+            for m in (1, 5):
+                x = torch.randn(m, d_in, generator=g)
+                t += _time(lambda: kernel(x, packed, None))
+            costs[kernel.name] = (t, kernel)
+        except RuntimeError:  # e.g. oneDNN built without this op on an unusual CPU
+            continue
+    return min(costs.values(), key=lambda c: c[0])[1]

@@ -1,0 +1,187 @@
+"""A lean Llama-family decoder (Llama, Mistral, Qwen2) with Hugging Face parameter names.
+
+One entry point: `forward(tokens[B,T], positions[B,T], cache) -> logits[B,T,V]`.
+Prefill, decode and multi-position verification are thin wrappers (see runner.py).
+With `cache=None` it runs plain causal attention over the T tokens (training).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+from .kv_cache import KVCache
+from .linear import LinearKernel
+
+ATTN_MIN_ROWS = 4   # bmm on CPU is row-invariant from 4 query rows up; pad to that
+S_BLOCK = 64        # attend over a key length rounded up to this (masked keys add exact zeros)
+
+
+class Linear(nn.Linear):
+    """nn.Linear that switches to a prepacked kernel for inference (see linear.py)."""
+    kernel: LinearKernel | None = None
+
+    def prepare(self, kernel: LinearKernel) -> None:
+        self.kernel, self.packed = kernel, kernel.pack(self.weight)
+
+    def forward(self, x):
+        if self.kernel is None or torch.is_grad_enabled():
+            return F.linear(x, self.weight, self.bias)
+        return self.kernel(x, self.packed, self.bias)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, hd = cfg.hidden_size, cfg.head_dim
+        self.h, self.hkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, hd
+        self.q_proj = Linear(d, self.h * hd, bias=cfg.attention_bias)
+        self.k_proj = Linear(d, self.hkv * hd, bias=cfg.attention_bias)
+        self.v_proj = Linear(d, self.hkv * hd, bias=cfg.attention_bias)
+        self.o_proj = Linear(self.h * hd, d, bias=False)
+
+    def forward(self, x, cos, sin, layer: int, cache: KVCache | None, positions, mask):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.h, self.hd).transpose(1, 2)     # (B, H, T, D)
+        k = self.k_proj(x).view(B, T, self.hkv, self.hd).transpose(1, 2)   # (B, Hkv, T, D)
+        v = self.v_proj(x).view(B, T, self.hkv, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if cache is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.hkv != self.h)
+        else:
+            out = self._cached(q, k, v, layer, cache, positions, mask)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.h * self.hd))
+
+    def _cached(self, q, k, v, layer, cache, positions, mask):
+        B, H, T, D = q.shape
+        S = mask.shape[-1]
+        kc, vc = cache.k[layer], cache.v[layer]
+        rows = torch.arange(B, device=q.device)[:, None, None]
+        heads = torch.arange(self.hkv, device=q.device)[None, :, None]
+        kc[rows, heads, positions[:, None, :]] = k                          # write (B, Hkv, T, D)
+        vc[rows, heads, positions[:, None, :]] = v
+        g = H // self.hkv
+        qg = q.reshape(B, self.hkv, g * T, D)                               # (B, Hkv, G*T, D)
+        m = g * T
+        if m < ATTN_MIN_ROWS:
+            qg = torch.cat([qg, qg.new_zeros(B, self.hkv, ATTN_MIN_ROWS - m, D)], dim=2)
+        scores = qg @ kc[:B, :, :S].transpose(-1, -2) * (D ** -0.5)         # (B, Hkv, >=G*T, S)
+        scores = scores[:, :, :m].view(B, self.hkv, g, T, S).masked_fill(mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).view(B, self.hkv, m, S)
+        if m < ATTN_MIN_ROWS:
+            probs = torch.cat([probs, probs.new_zeros(B, self.hkv, ATTN_MIN_ROWS - m, S)], dim=2)
+        out = probs @ vc[:B, :, :S]                                         # (B, Hkv, >=G*T, D)
+        return out[:, :, :m].reshape(B, H, T, D)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, f = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = Linear(d, f, bias=False)
+        self.up_proj = Linear(d, f, bias=False)
+        self.down_proj = Linear(f, d, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, layer, cache, positions, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, layer, cache, positions, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class LlamaModel(nn.Module):
+    """Decoder-only transformer. Parameter names match Hugging Face's `*ForCausalLM`."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        hd = cfg.head_dim
+        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.kernel: LinearKernel | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def prepare(self, kernel: LinearKernel) -> "LlamaModel":
+        """Freeze for inference: pack every linear weight for `kernel`."""
+        self.eval()
+        self.kernel = kernel
+        for m in self.modules():
+            if isinstance(m, Linear):
+                m.prepare(kernel)
+        return self
+
+    def rope(self, positions):
+        freqs = positions[..., None].float() * self.inv_freq                # (B, T, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]                    # (B, 1, T, D)
+        return emb.cos(), emb.sin()
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
+                num_layers: int | None = None, hidden_only: bool = False):
+        """tokens, positions: (B, T) int64 -> logits (B, T, V).
+
+        With a cache, K/V are written at `positions` for rows [0, B) and each query attends to
+        the cached keys at positions <= its own. `num_layers` runs only the first layers
+        (layer-skip self-speculation uses it with a cache of its own).
+        """
+        B, T = tokens.shape
+        x = self.model.embed_tokens(tokens)                                  # (B, T, d)
+        cos, sin = self.rope(positions)
+        mask = None
+        if cache is not None:
+            s = min(max(cache.lengths[:B]) + T, cache.max_len)
+            s = min(-(-s // S_BLOCK) * S_BLOCK, cache.max_len)
+            keys = torch.arange(s, device=tokens.device)
+            mask = (keys[None, None, :] > positions[:, :, None])[:, None, None]  # (B, 1, 1, T, S)
+        layers = self.model.layers if num_layers is None else self.model.layers[:num_layers]
+        for i, layer in enumerate(layers):
+            x = layer(x, cos, sin, i, cache, positions, mask)
+        x = self.model.norm(x)
+        return x if hidden_only else self.lm_head(x)                         # (B, T, V)
+
+    def new_cache(self, rows: int, max_len: int, num_layers: int | None = None) -> KVCache:
+        c = self.config
+        return KVCache(num_layers or c.num_hidden_layers, rows, c.num_key_value_heads, max_len,
+                       c.head_dim, dtype=self.lm_head.weight.dtype, device=self.device)

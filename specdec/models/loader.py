@@ -1,0 +1,100 @@
+"""Load and save Hugging Face checkpoint directories.
+
+A directory holds `config.json`, `model.safetensors` (or a sharded
+`model.safetensors.index.json`) and `tokenizer.json`. Weights may be stored in
+fp16/bf16; they are upcast to float32 at load because bf16 compute is unusably slow
+on the CPUs we target.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from ..errors import CheckpointError
+from .config import ModelConfig
+from .llama import LlamaModel
+from .linear import choose_kernel
+from .tokenizer import Tokenizer
+
+
+def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    single, index = path / "model.safetensors", path / "model.safetensors.index.json"
+    try:
+        if single.exists():
+            return load_file(str(single))
+        if index.exists():
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            sd = {}
+            for f in files:
+                sd.update(load_file(str(path / f)))
+            return sd
+    except (SafetensorError, OSError, json.JSONDecodeError, KeyError) as e:
+        raise CheckpointError(f"corrupt weights in {path}: {e}") from e
+    raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {path}")
+
+
+def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
+               prepare: bool = True) -> LlamaModel:
+    """Build a `LlamaModel` from a checkpoint directory and load its weights."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint directory not found: {path}")
+    cfg = ModelConfig.from_file(path / "config.json")
+    sd = _read_state_dict(path)
+    model = LlamaModel(cfg)
+    if cfg.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)
+    elif "lm_head.weight" not in sd and "model.embed_tokens.weight" in sd:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # some checkpoints omit it
+    sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq")}
+    try:
+        model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=True)
+    except RuntimeError as e:
+        first = str(e).splitlines()[0] if str(e) else "shape mismatch"
+        raise CheckpointError(f"weights in {path} do not match config.json: {first}") from e
+    model = model.to(device=device, dtype=dtype)
+    if prepare:
+        model.prepare(choose_kernel(torch.device(device).type, cfg.hidden_size,
+                                    cfg.intermediate_size))
+    return model
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    path = Path(path)
+    cfg = {}
+    if (path / "config.json").exists():
+        cfg = json.loads((path / "config.json").read_text())
+    return Tokenizer.from_file(path / "tokenizer.json", bos_id=cfg.get("bos_token_id"),
+                               eos_id=cfg.get("eos_token_id"))
+
+
+def save_checkpoint(model: LlamaModel, tokenizer_json: str | Path, out: str | Path,
+                    dtype=torch.float16, card: str | None = None) -> Path:
+    """Write a Hugging Face checkpoint directory (weights stored as `dtype`)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = model.config
+    sd = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    if cfg.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)
+    tmp = out / "model.safetensors.tmp"
+    save_file(sd, str(tmp), metadata={"format": "pt"})
+    tmp.replace(out / "model.safetensors")
+    (out / "config.json").write_text(json.dumps(cfg.to_hf_dict(), indent=2) + "\n")
+    tok = Path(tokenizer_json)
+    if tok.resolve() != (out / "tokenizer.json").resolve():
+        (out / "tokenizer.json").write_text(tok.read_text())
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": None, "add_bos_token": True, "model_max_length": cfg.max_position_embeddings,
+    }, indent=2) + "\n")
+    (out / "generation_config.json").write_text(json.dumps({
+        "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id, "do_sample": False,
+    }, indent=2) + "\n")
+    if card:
+        (out / "README.md").write_text(card)
+    return out

@@ -1,0 +1,91 @@
+"""`specdec train tokenizer|target|draft|distill`: the steps that build the bundled models."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from ..models.llama import LlamaModel
+from ..models.loader import load_model, load_tokenizer
+from ..models.tokenizer import Tokenizer
+from .corpus import HELD_OUT_BYTE, corpus_files
+from .data import Batches, cache_dir, token_stream
+from .presets import preset
+from .tokenizer import train_tokenizer
+from .trainer import TrainConfig, lm_loss, train
+
+DEFAULTS = {"target": dict(tokens=6_000_000, minutes=100, lr=1e-3),
+            "draft": dict(tokens=12_000_000, minutes=30, lr=2e-3),
+            "distill": dict(tokens=3_000_000, minutes=20, lr=5e-4)}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="train the tokenizer, target, draft or distilled draft")
+    p.add_argument("what", choices=["tokenizer", "target", "draft", "distill"])
+    p.add_argument("--out", type=Path, help="checkpoint directory (default models/<what>)")
+    p.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer.json"))
+    p.add_argument("--target", type=Path, default=Path("models/target"), help="teacher for distill")
+    p.add_argument("--init", type=Path, default=Path("models/draft"), help="student init for distill")
+    p.add_argument("--tokens", type=int)
+    p.add_argument("--minutes", type=float)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work", type=Path, help="resumable state folder (default: cache dir)")
+    p.set_defaults(func=run)
+
+
+def model_card(kind: str, cfg, state: dict) -> str:
+    held = corpus_files("heldout")
+    return (f"# specdec {kind}\n\nLlama architecture, {cfg.num_params / 1e6:.1f}M parameters, trained by "
+            f"`specdec train {kind}` on the Python standard library's train split.\n\n"
+            f"- tokens trained: {state['tokens']:,}\n- steps: {state['step']:,}\n"
+            f"- wall time: {state['elapsed'] / 60:.1f} min\n- final train loss (EMA): {state['loss']:.3f}\n\n"
+            f"Held-out files (SHA-256(relpath)[0] < {HELD_OUT_BYTE}, {len(held)} files):\n\n"
+            + "\n".join(f"- {f}" for f in held) + "\n")
+
+
+def run(args) -> int:
+    if args.what == "tokenizer":
+        path = train_tokenizer(args.tokenizer)
+        print(f"wrote {path}")
+        return 0
+    tok = Tokenizer.from_file(args.tokenizer, bos_id=0, eos_id=1)
+    d = DEFAULTS[args.what]
+    tc = TrainConfig(tokens=args.tokens or d["tokens"], minutes=args.minutes or d["minutes"],
+                     lr=args.lr or d["lr"], threads=args.threads, seed=args.seed)
+    out = args.out or Path("models") / args.what
+    work = args.work or cache_dir() / f"train-{args.what}"
+    stream = token_stream(tok, "train")
+    batches = Batches(stream, tc.batch, tc.seq_len, tc.seed)
+    if args.what == "distill":
+        from .distill import distill_loss, mixed_batches
+        teacher = load_model(args.target, prepare=False)
+        model = load_model(args.init, prepare=False)
+        model.train()
+        batch_fn = mixed_batches(batches, teacher, tok, seed=tc.seed)
+        loss_fn = distill_loss(teacher)
+        cfg = model.config
+    else:
+        torch.manual_seed(tc.seed)
+        cfg = preset(args.what)
+        model = LlamaModel(cfg)
+        _init(model)
+        batch_fn, loss_fn = batches.get, lm_loss
+    state = train(model, tc, batch_fn, loss_fn, work, out, args.tokenizer,
+                  card_fn=lambda s: model_card(args.what, cfg, s))
+    print(json.dumps({"out": str(out), **state}))
+    return 0
+
+
+def _init(model: LlamaModel) -> None:
+    """GPT-2 style init: N(0, 0.02), residual projections scaled by 1/sqrt(2L)."""
+    L = model.config.num_hidden_layers
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            std = 0.02 / (2 * L) ** 0.5 if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
+            torch.nn.init.normal_(p, 0.0, std)
+        elif "bias" in name:
+            torch.nn.init.zeros_(p)

@@ -1,0 +1,67 @@
+"""Token streams for training and evaluation, cached outside the repository."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..models.tokenizer import Tokenizer
+from .corpus import corpus_files, prose_text, read_text
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def token_stream(tok: Tokenizer, split: str) -> np.ndarray:
+    """All files of `split` as one uint16 stream: <s> file </s> <s> file </s> ..."""
+    key = hashlib.sha256(tok.tok.to_str().encode() + split.encode()).hexdigest()[:16]
+    path = cache_dir() / f"tokens-{split}-{key}.npy"
+    if path.exists():
+        return np.load(path)
+    texts = [prose_text()] if split == "prose" else [read_text(f) for f in corpus_files(split)]
+    ids = []
+    for enc in tok.tok.encode_batch(texts, add_special_tokens=False):
+        ids.append(tok.bos_id)
+        ids.extend(enc.ids)
+        ids.append(tok.eos_id)
+    arr = np.asarray(ids, dtype=np.uint16)
+    np.save(path, arr)
+    return arr
+
+
+class Batches:
+    """Random windows of `seq_len + 1` tokens, seeded and resumable by step."""
+
+    def __init__(self, stream: np.ndarray, batch: int, seq_len: int, seed: int):
+        self.stream = torch.from_numpy(stream.astype(np.int64))
+        self.batch, self.seq_len, self.seed = batch, seq_len, seed
+
+    def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        starts = torch.randint(0, len(self.stream) - self.seq_len - 1, (self.batch,), generator=g)
+        idx = starts[:, None] + torch.arange(self.seq_len + 1)
+        w = self.stream[idx]                                                  # (B, T+1)
+        return w[:, :-1], w[:, 1:]
+
+
+@torch.no_grad()
+def perplexity(model, stream: np.ndarray, seq_len: int = 256, max_tokens: int = 65536) -> float:
+    """Perplexity over consecutive windows of the first `max_tokens` tokens."""
+    s = torch.from_numpy(stream[: max_tokens + 1].astype(np.int64))
+    n = (len(s) - 1) // seq_len
+    total, count = 0.0, 0
+    for i in range(0, n, 8):
+        rows = [s[j * seq_len:(j + 1) * seq_len + 1] for j in range(i, min(n, i + 8))]
+        w = torch.stack(rows)
+        x, y = w[:, :-1], w[:, 1:]
+        pos = torch.arange(seq_len).expand_as(x)
+        logits = model(x, pos)
+        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
+        count += y.numel()
+    return float(np.exp(total / max(count, 1)))

@@ -1,0 +1,108 @@
+"""Seeded, resumable training loop with AdamW and a warm-up + cosine schedule.
+
+The cosine runs over whichever budget ends first, tokens or wall time, so a run with a
+time limit still finishes with a decayed learning rate. State (weights, optimizer,
+step, tokens, elapsed time) is saved to `<work>/state.pt` every few minutes, and the
+model is exported as a Hugging Face checkpoint at the same time.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ..models.llama import LlamaModel
+from ..models.loader import save_checkpoint
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    tokens: int
+    minutes: float
+    lr: float = 1e-3
+    min_lr_frac: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    batch: int = 8
+    seq_len: int = 256
+    seed: int = 0
+    save_every_min: float = 5.0
+    threads: int = 2
+
+
+def lr_at(cfg: TrainConfig, step: int, progress: float) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    cos = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * cos)
+
+
+def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
+          loss_fn: Callable, work: Path, export: Path, tokenizer_json: Path,
+          card_fn: Callable[[dict], str] | None = None) -> dict:
+    """Train until `cfg.tokens` or `cfg.minutes` is spent; resume from `work/state.pt`."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    work.mkdir(parents=True, exist_ok=True)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+    state = {"step": 0, "tokens": 0, "elapsed": 0.0, "loss": float("nan")}
+    sp = work / "state.pt"
+    if sp.exists():
+        ck = torch.load(sp, map_location="cpu", weights_only=False)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        state = ck["state"]
+    per_step = cfg.batch * cfg.seq_len
+    budget_s = cfg.minutes * 60
+
+    def save():
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, sp.with_suffix(".tmp"))
+        sp.with_suffix(".tmp").replace(sp)
+        save_checkpoint(model, tokenizer_json, export, card=card_fn(state) if card_fn else None)
+
+    model.train()
+    last_save, ema = time.time(), None
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                  TimeRemainingColumn()) as bar:
+        task = bar.add_task(export.name, total=1.0, info="")
+        while state["tokens"] < cfg.tokens and state["elapsed"] < budget_s:
+            t0 = time.time()
+            progress = max(state["tokens"] / cfg.tokens, state["elapsed"] / budget_s)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(cfg, state["step"], progress)
+            x, y = batch_fn(state["step"])
+            loss = loss_fn(model, x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            dt = time.time() - t0
+            state["step"] += 1
+            state["tokens"] += per_step
+            state["elapsed"] += dt
+            ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+            state["loss"] = ema
+            bar.update(task, completed=min(1.0, progress),
+                       info=f"step {state['step']} loss {ema:.3f} {per_step / dt:,.0f} tok/s "
+                            f"{state['tokens'] / 1e6:.2f}M tok")
+            if time.time() - last_save > cfg.save_every_min * 60:
+                save()
+                last_save = time.time()
+    model.eval()
+    save()
+    return state
+
+
+def lm_loss(model: LlamaModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    pos = torch.arange(x.shape[1]).expand_as(x)
+    logits = model(x, pos)                                                    # (B, T, V)
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
