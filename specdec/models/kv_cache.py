@@ -20,7 +20,7 @@ class KVCache:
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.lengths = [0] * rows
-        self.rows, self.max_len = rows, max_len
+        self.num_rows, self.max_len = rows, max_len
 
     def truncate(self, row: int, length: int) -> None:
         """Keep the first `length` positions of `row` (stale entries are masked, never read)."""
@@ -45,3 +45,12 @@ class KVCache:
 
     def reset(self, row: int) -> None:
         self.lengths[row] = 0
+
+    def rows(self, start: int, end: int) -> "KVCache":
+        """A view of rows [start, end) sharing storage (lengths are a copy: read-only use)."""
+        view = object.__new__(KVCache)
+        view.k = [t[start:end] for t in self.k]
+        view.v = [t[start:end] for t in self.v]
+        view.lengths = self.lengths[start:end]
+        view.num_rows, view.max_len = end - start, self.max_len
+        return view

@@ -1,0 +1,86 @@
+"""Frozen, validated configuration: SamplingParams, SpecConfig, EngineConfig."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+
+K_MAX = 16
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request samples. temperature 0 means greedy."""
+    temperature: float = 0.0
+    top_k: int = 0          # 0 = off
+    top_p: float = 1.0      # 1 = off
+    seed: int | None = None
+    max_new_tokens: int = 128
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.temperature, (int, float)) or self.temperature != self.temperature \
+                or self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ConfigError(f"top_k must be an integer >= 0, got {self.top_k}")
+        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens}")
+        if self.seed is not None and not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Which proposer guesses tokens and how many per round.
+
+    k: an int in 0..K_MAX (0 = plain decoding), "auto" (adaptive policy from a measured
+       cost model) or "heuristic" (Hugging Face's +2/-1 schedule).
+    options: proposer-specific settings (e.g. ngram's min_n/max_n), by name.
+    """
+    method: str = "draft"
+    k: int | str = 4
+    k_max: int = 8
+    options: tuple[tuple[str, object], ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        if isinstance(self.k, str):
+            if self.k not in ("auto", "heuristic"):
+                raise ConfigError(f"k must be an integer in 0..{K_MAX}, 'auto' or 'heuristic', got {self.k!r}")
+        elif not isinstance(self.k, int) or not 0 <= self.k <= K_MAX:
+            raise ConfigError(f"k must be an integer in 0..{K_MAX} or 'auto', got {self.k!r}")
+        if not isinstance(self.k_max, int) or not 1 <= self.k_max <= K_MAX:
+            raise ConfigError(f"k_max must be in 1..{K_MAX}, got {self.k_max}")
+        if isinstance(self.k, int) and self.k > self.k_max:
+            object.__setattr__(self, "k_max", self.k)
+        if isinstance(self.options, dict):
+            object.__setattr__(self, "options", tuple(sorted(self.options.items())))
+
+    @property
+    def opts(self) -> dict:
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine-wide limits. max_model_len caps prompt + new tokens per request."""
+    max_batch: int = 8
+    max_model_len: int = 1024
+    device: str = "cpu"
+    threads: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise ConfigError(f"max_batch must be >= 1, got {self.max_batch}")
+        if not isinstance(self.max_model_len, int) or self.max_model_len < 2:
+            raise ConfigError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device must be cpu or cuda, got {self.device!r}")

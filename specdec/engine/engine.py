@@ -1,0 +1,241 @@
+"""The engine: continuous batching around one verify forward per step.
+
+    engine = Engine(target, SpecConfig(method="draft", k=4), EngineConfig(), draft=draft_model)
+    seq_id = engine.add_request(prompt_ids, SamplingParams(max_new_tokens=64))
+    while engine.has_unfinished():
+        engine.step()                       # returns the sequences that got tokens
+    engine.collect_finished()
+
+Invariant: for a running sequence, the target cache holds every token but the last
+(`seq.token_ids[-1]`, the "pending" token), which the next verify forward feeds first.
+The running batch is always cache rows [0, n): finished rows are compacted away.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import torch
+
+from ..config import EngineConfig, SamplingParams, SpecConfig
+from ..errors import ConfigError, PromptError
+from ..models.llama import S_BLOCK, LlamaModel
+from ..proposers import create as create_proposer
+from ..proposers.base import Batch, Draft
+from ..verify.greedy import greedy_verify
+from ..verify.rejection import rejection_verify
+from ..verify.sampling import BatchSampling, sample
+from .metrics import EngineMetrics
+from .policy import make_policy
+from .sequence import Sequence, Status
+
+
+class Engine:
+    def __init__(self, target: LlamaModel, spec: SpecConfig = SpecConfig(method="none", k=0),
+                 config: EngineConfig = EngineConfig(), draft: LlamaModel | None = None,
+                 proposer=None, cost_model=None):
+        self.target, self.spec, self.config = target, spec, config
+        if config.max_model_len > target.config.max_position_embeddings:
+            raise ConfigError(f"max_model_len {config.max_model_len} exceeds the model's context length "
+                              f"{target.config.max_position_embeddings}")
+        slack = spec.k_max + 2
+        self.cache_len = -(-(config.max_model_len + slack) // S_BLOCK) * S_BLOCK
+        self.cache = target.new_cache(config.max_batch, self.cache_len)
+        self.proposer = proposer or create_proposer(
+            spec.method if spec.k != 0 else "none", target, spec,
+            draft_model=draft, rows=config.max_batch, max_len=self.cache_len, cost_model=cost_model)
+        self.policy = make_policy(spec, self.proposer, target, cost_model)
+        self.eos_ids = target.config.eos_ids
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.finished: dict[int, Sequence] = {}
+        self.metrics = EngineMetrics()
+        self._sampling: BatchSampling | None = None
+
+    # ---- requests -------------------------------------------------------------------------
+    def add_request(self, prompt_ids: list[int], params: SamplingParams = SamplingParams()) -> Sequence:
+        """Queue a request. Raises PromptError for an empty or over-long prompt."""
+        if not prompt_ids:
+            raise PromptError("empty prompt")
+        V = self.target.config.vocab_size
+        if any((not isinstance(t, int)) or t < 0 or t >= V for t in prompt_ids):
+            raise PromptError(f"prompt token ids must be integers in [0, {V})")
+        total = len(prompt_ids) + params.max_new_tokens
+        if total > self.config.max_model_len:
+            raise PromptError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({params.max_new_tokens}) "
+                              f"= {total} exceeds the context length {self.config.max_model_len}")
+        seq = Sequence(prompt_ids, params, self.eos_ids)
+        self.waiting.append(seq)
+        return seq
+
+    def abort(self, seq_id: int) -> None:
+        """Stop a request now; its cache row is freed at the next step boundary."""
+        for seq in list(self.waiting):
+            if seq.id == seq_id:
+                self.waiting.remove(seq)
+                self._finish(seq, "abort")
+        for seq in self.running:
+            if seq.id == seq_id and not seq.finished:
+                self._finish(seq, "abort")
+        self._retire()
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def collect_finished(self) -> list[Sequence]:
+        out = list(self.finished.values())
+        self.finished.clear()
+        return out
+
+    # ---- the loop ---------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self) -> list[Sequence]:
+        """Run one round for the whole batch; return the sequences that received tokens."""
+        t0 = time.perf_counter()
+        # 1. Admit waiting requests into free rows; prefill gives each its first token.
+        admitted = self._admit()
+        if not self.running:
+            return admitted
+        batch = Batch(self.running, self._batch_sampling())
+        B = len(batch)
+        # 2. Choose k for this round (fixed, heuristic or from the cost model).
+        k = self.policy.choose(batch)
+        # 3. Propose up to k tokens per row.
+        draft = self.proposer.propose(batch, k) if k > 0 else Draft(
+            torch.zeros(B, 0, dtype=torch.long), lengths=[0] * B)
+        num_draft = draft.num_tokens()
+        caps = self.policy.row_caps()
+        if caps is not None:
+            num_draft = [min(n, c) for n, c in zip(num_draft, caps)]
+        kk = draft.tokens.shape[1]
+        # 4. One target forward over [pending, d_1..d_k] for every row.
+        dev = self.target.device
+        pending = torch.tensor([[s.token_ids[-1]] for s in batch], dtype=torch.long, device=dev)
+        tokens = torch.cat([pending, draft.tokens.to(dev)], dim=1)                      # (B, k+1)
+        starts = torch.tensor(self.cache.lengths[:B], device=dev)
+        positions = (starts[:, None] + torch.arange(kk + 1, device=dev)).clamp_(max=self.cache_len - 1)
+        logits = self.target(tokens, positions, self.cache)                             # (B, k+1, V)
+        # 5. Verify: accepted prefix per row and the recovered/bonus token.
+        n_draft_t = torch.tensor(num_draft, device=dev)
+        num_accepted, next_token = self._verify(logits, draft, n_draft_t, batch.sampling)
+        # one host sync per step: accepted counts, next tokens and draft tokens together
+        host = torch.cat([num_accepted[:, None], next_token[:, None], draft.tokens.to(dev)], 1).tolist()
+        # 6. Commit: advance caches, append tokens, check stop conditions.
+        accepted = [row[0] for row in host]
+        for b, seq in enumerate(batch):
+            n = accepted[b]
+            self.cache.lengths[b] += 1 + n
+            seq.append(host[b][2:2 + n] + [host[b][1]])
+            seq.stats.record(num_draft[b], n)
+            self.metrics.record_row(num_draft[b], n)
+            self.metrics.generated_tokens += len(seq.new_tokens)
+        # 7. Let the proposer roll back and learn, and the policy update its estimates.
+        self.proposer.observe(accepted)
+        dt = time.perf_counter() - t0
+        self.policy.observe(batch, k, num_draft, accepted, dt)
+        self.metrics.target_forwards += 1
+        self.metrics.steps += 1
+        self.metrics.step_time_s += dt
+        self.metrics.k_hist[k] = self.metrics.k_hist.get(k, 0) + 1
+        for seq in batch:
+            if seq.finished:
+                self._finish(seq, seq.finish_reason)
+        # 8. Free the rows of finished requests.
+        self._retire()
+        return admitted + list(batch)
+
+    def _verify(self, logits, draft: Draft, n_draft, sampling: BatchSampling):
+        if sampling.all_greedy:
+            return greedy_verify(logits, draft.tokens.to(logits.device), n_draft)
+        p = sampling.probs(logits)                                                      # (B, k+1, V)
+        kk = draft.tokens.shape[1]
+        u = sampling.uniforms(kk + 1)
+        n_acc, nxt = rejection_verify(p, draft.probs, draft.tokens.to(logits.device), n_draft,
+                                      u[:, :kk], u[:, kk])
+        if sampling.any_greedy:
+            g_acc, g_nxt = greedy_verify(logits, draft.tokens.to(logits.device), n_draft)
+            n_acc = torch.where(sampling.greedy_mask, g_acc, n_acc)
+            nxt = torch.where(sampling.greedy_mask, g_nxt, nxt)
+        return n_acc, nxt
+
+    # ---- admission and retirement ------------------------------------------------------------
+    def _admit(self) -> list[Sequence]:
+        admitted = []
+        while self.waiting and len(self.running) < self.config.max_batch:
+            seq = self.waiting.popleft()
+            row = len(self.running)
+            seq.row, seq.status = row, Status.RUNNING
+            self._prefill(seq, row)
+            admitted.append(seq)
+            if seq.finished:
+                self._finish(seq, seq.finish_reason)
+                continue
+            self.running.append(seq)
+            self.proposer.start(row, seq)
+            self.policy.start(row, seq)
+            self._sampling = None
+        return admitted
+
+    def _prefill(self, seq: Sequence, row: int) -> None:
+        dev = self.target.device
+        ids = torch.tensor([seq.token_ids], dtype=torch.long, device=dev)               # (1, P)
+        pos = torch.arange(ids.shape[1], device=dev)[None]
+        self.cache.lengths[row] = 0
+        logits = self.target(ids, pos, self.cache.rows(row, row + 1))[:, -1:]           # (1, 1, V)
+        self.cache.lengths[row] = ids.shape[1]
+        if seq.params.greedy:
+            first = logits[0, 0].argmax()
+        else:
+            s = BatchSampling([seq.params], [seq.generator], dev)
+            first = sample(s.probs(logits)[:, 0], s.uniforms(1)[:, 0])[0]
+        seq.stats.target_forwards += 1
+        self.metrics.target_forwards += 1
+        seq.append([int(first)])
+        self.metrics.generated_tokens += len(seq.new_tokens)
+
+    def _finish(self, seq: Sequence, reason: str | None) -> None:
+        seq.status, seq.finish_reason = Status.FINISHED, reason or seq.finish_reason
+        if seq.stats.t_end is None:
+            seq.stats.t_end = time.perf_counter()
+        self.finished[seq.id] = seq
+
+    def _retire(self) -> None:
+        """Drop finished rows, moving the last running row into each hole (rows stay [0, n))."""
+        i = 0
+        while i < len(self.running):
+            seq = self.running[i]
+            if not seq.finished:
+                i += 1
+                continue
+            last = len(self.running) - 1
+            self.proposer.finish(i)
+            self.policy.finish(i)
+            if i != last:
+                self.cache.move_row(last, i)
+                self.proposer.move_row(last, i)
+                self.policy.move_row(last, i)
+                self.running[i] = self.running[last]
+                self.running[i].row = i
+            else:
+                self.cache.reset(i)
+            self.running.pop()
+            self._sampling = None
+
+    def _batch_sampling(self) -> BatchSampling:
+        if self._sampling is None:
+            self._sampling = BatchSampling([s.params for s in self.running],
+                                           [s.generator for s in self.running], self.target.device)
+        return self._sampling
+
+    # ---- convenience ---------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams] = SamplingParams(),
+                 on_step=None) -> list[Sequence]:
+        """Run `prompts` to completion (continuous batching) and return them in order."""
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        seqs = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
+        while self.has_unfinished():
+            out = self.step()
+            if on_step:
+                on_step(out)
+        self.collect_finished()
+        return seqs

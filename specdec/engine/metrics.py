@@ -1,0 +1,55 @@
+"""Engine-wide speculative-decoding counters, with vLLM's definitions and names."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EngineMetrics:
+    num_drafts: int = 0                 # vllm:spec_decode_num_drafts
+    num_draft_tokens: int = 0           # vllm:spec_decode_num_draft_tokens
+    num_accepted_tokens: int = 0        # vllm:spec_decode_num_accepted_tokens
+    accepted_per_pos: list[int] = field(default_factory=list)  # ..._num_accepted_tokens_per_pos
+    accepted_length_hist: dict[int, int] = field(default_factory=dict)  # accepted count -> rounds
+    target_forwards: int = 0
+    steps: int = 0
+    generated_tokens: int = 0
+    step_time_s: float = 0.0
+    k_hist: dict[int, int] = field(default_factory=dict)
+    t_start: float = field(default_factory=time.perf_counter)
+
+    def record_row(self, num_draft: int, num_accepted: int) -> None:
+        if num_draft <= 0:
+            return
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft
+        self.num_accepted_tokens += num_accepted
+        if len(self.accepted_per_pos) < num_draft:
+            self.accepted_per_pos.extend([0] * (num_draft - len(self.accepted_per_pos)))
+        for j in range(num_accepted):
+            self.accepted_per_pos[j] += 1
+        self.accepted_length_hist[num_accepted] = self.accepted_length_hist.get(num_accepted, 0) + 1
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "num_drafts": self.num_drafts, "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "accepted_per_pos": list(self.accepted_per_pos),
+            "per_position_acceptance": [a / self.num_drafts for a in self.accepted_per_pos]
+            if self.num_drafts else [],
+            "accepted_length_hist": dict(sorted(self.accepted_length_hist.items())),
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "acceptance_rate": self.acceptance_rate,
+            "target_forwards": self.target_forwards, "steps": self.steps,
+            "generated_tokens": self.generated_tokens, "step_time_s": self.step_time_s,
+            "k_hist": dict(sorted(self.k_hist.items())),
+        }

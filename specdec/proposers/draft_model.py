@@ -1,0 +1,96 @@
+"""`draft`: a small model with the target's vocabulary guesses k tokens autoregressively."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import ConfigError
+from ..verify.sampling import sample
+from .base import Batch, BaseProposer, Draft, register
+
+
+class DraftModelProposer(BaseProposer):
+    """Runs `model` (a LlamaModel) with a KV cache of its own, one row per batch row.
+
+    The cache holds every committed token the draft has seen. A round feeds what it has
+    not seen yet (the newest token, plus the last draft token when all k were accepted),
+    then k-1 single-token steps; observe() truncates back to the committed tokens.
+    """
+    name = "draft"
+
+    def __init__(self, model, rows: int, max_len: int, num_layers: int | None = None, name="draft"):
+        self.model, self.num_layers, self.name = model, num_layers, name
+        self.cache = model.new_cache(rows, max_len, num_layers)
+        self._committed: list[int] = []
+
+    def start(self, row, seq):
+        ids = torch.tensor([seq.token_ids[:-1]], dtype=torch.long, device=self.model.device)
+        self.cache.reset(row)
+        if ids.shape[1]:
+            self._forward_rows(row, ids, [0])
+            self.cache.lengths[row] = ids.shape[1]
+
+    def _forward_rows(self, row, ids, starts):
+        """Prefill: run ids (1, T) for one row through a one-row view of the cache."""
+        view = self.cache.rows(row, row + 1)
+        pos = torch.arange(ids.shape[1], device=ids.device)[None] + starts[0]
+        with torch.inference_mode():
+            self.model(ids, pos, view, num_layers=self.num_layers)
+
+    def move_row(self, src, dst):
+        self.cache.move_row(src, dst)
+
+    def finish(self, row):
+        self.cache.reset(row)
+
+    @torch.inference_mode()
+    def propose(self, context: Batch, k: int) -> Draft:
+        B, dev = len(context), self.model.device
+        lens = self.cache.lengths
+        feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]          # 1-2 tokens each
+        self._committed = [len(seq.token_ids) for seq in context]
+        T = max(len(f) for f in feeds)
+        tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)
+        last = torch.tensor([len(f) - 1 for f in feeds], device=dev)
+        start = torch.tensor(lens[:B], device=dev)
+        positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
+        logits = self.model(tokens, positions, self.cache, num_layers=self.num_layers)  # (B, T, V)
+        logits = logits.gather(1, last[:, None, None].expand(B, 1, logits.shape[-1]))    # (B, 1, V)
+        pos = start + last + 1                                                          # (B,)
+        for b, f in enumerate(feeds):
+            lens[b] += len(f)
+        s = context.sampling
+        u = None if s.all_greedy else s.uniforms(k)                                    # (B, k)
+        out, qs = [], []
+        for i in range(k):
+            if s.all_greedy:
+                tok = logits[:, 0].argmax(-1)
+            else:
+                q = s.probs(logits)[:, 0]                                              # (B, V)
+                tok = torch.where(s.greedy_mask, logits[:, 0].argmax(-1), sample(q, u[:, i]))
+                qs.append(q)
+            out.append(tok)
+            if i < k - 1:
+                logits = self.model(tok[:, None], (pos + i)[:, None], self.cache, num_layers=self.num_layers)
+                for b in range(B):
+                    lens[b] += 1
+        tokens = torch.stack(out, 1) if out else torch.zeros(B, 0, dtype=torch.long, device=dev)
+        probs = torch.stack(qs, 1) if qs else None                                     # (B, k, V)
+        return Draft(tokens=tokens, probs=probs)
+
+    def observe(self, num_accepted):
+        for b, n in enumerate(num_accepted):
+            # keep the committed tokens: the history before the round plus n accepted drafts
+            self.cache.lengths[b] = min(self.cache.lengths[b], self._committed[b] + n)
+
+    def cost_key(self):
+        return f"draft:{self.name}"
+
+
+@register("draft")
+def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
+    if draft_model is None:
+        raise ConfigError("method 'draft' needs a draft model (--draft DIR)")
+    if draft_model.config.vocab_size != target.config.vocab_size:
+        raise ConfigError(f"draft vocabulary ({draft_model.config.vocab_size}) differs from the "
+                          f"target's ({target.config.vocab_size})")
+    return DraftModelProposer(draft_model, rows, max_len)

@@ -1,0 +1,43 @@
+"""Lossless speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
+
+Draft token x at position j is accepted with probability min(1, p_j(x) / q_j(x)).
+At the first rejection the recovered token is drawn from norm(max(0, p_j - q_j)); if
+all drafts are accepted, a bonus token is drawn from p_k. The output is distributed
+exactly as p. A proposer without probabilities counts as a one-hot q.
+"""
+from __future__ import annotations
+
+import torch
+
+from .greedy import accepted_prefix
+from .sampling import sample
+
+
+def rejection_verify(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                     num_draft: torch.Tensor, u_accept: torch.Tensor, u_sample: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """p (B, k+1, V) target probs; q (B, k, V) draft probs or None (one-hot);
+    draft_tokens (B, k); num_draft (B,); u_accept (B, k) and u_sample (B,) uniforms in [0, 1).
+    Returns (num_accepted (B,), next_token (B,)).
+    """
+    B, k = draft_tokens.shape
+    idx = draft_tokens[:, :, None]
+    p_x = p[:, :k].gather(2, idx).squeeze(2)                                  # (B, k)
+    q_x = torch.ones_like(p_x) if q is None else q.gather(2, idx).squeeze(2)
+    accept = u_accept * q_x < p_x                                             # u < p/q, no division
+    num_accepted = accepted_prefix(accept, num_draft)                         # (B,)
+
+    at = num_accepted[:, None, None].expand(B, 1, p.shape[2])
+    p_at = p.gather(1, at).squeeze(1)                                         # (B, V)
+    rejected = num_accepted < num_draft                                       # (B,)
+    if q is None:
+        residual = p_at.scatter(1, draft_tokens.gather(1, num_accepted.clamp(max=k - 1)[:, None]), 0.0) \
+            if k > 0 else p_at
+    else:
+        q_at = q.gather(1, at.clamp(max=k - 1)).squeeze(1) if k > 0 else torch.zeros_like(p_at)
+        residual = (p_at - q_at).clamp_min(0.0)
+    # When p == q exactly a rejection has probability 0; guard the empty residual anyway.
+    empty = residual.sum(-1, keepdim=True) <= 0
+    residual = torch.where(empty, p_at, residual)
+    final = torch.where(rejected[:, None], residual, p_at)                    # recovered or bonus dist
+    return num_accepted, sample(final, u_sample)

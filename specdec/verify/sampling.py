@@ -1,0 +1,77 @@
+"""Logits -> probabilities with temperature, top-k and top-p, per row.
+
+The same function is applied to the target (p) and the draft (q) so both are filtered
+identically, which rejection sampling needs to stay lossless for the filtered target.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def probs_from_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor | None = None,
+                      top_p: torch.Tensor | None = None) -> torch.Tensor:
+    """logits (B, T, V); temperature, top_k, top_p (B,) -> probs (B, T, V).
+
+    Rows with temperature 0 get a (harmless) temperature of 1; callers treat them as greedy.
+    top_k = 0 and top_p = 1 disable those filters. Pass None to skip a filter for all rows.
+    """
+    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    logits = logits.float() / t[:, None, None]
+    if top_k is not None or top_p is not None:
+        logits = _filter(logits, top_k, top_p)
+    return torch.softmax(logits, dim=-1)
+
+
+def _filter(logits, top_k, top_p):
+    B, T, V = logits.shape
+    sorted_logits, order = logits.sort(dim=-1, descending=True)               # (B, T, V)
+    drop = torch.zeros_like(sorted_logits, dtype=torch.bool)
+    if top_k is not None:
+        rank = torch.arange(V, device=logits.device)
+        k = torch.where(top_k > 0, top_k, torch.full_like(top_k, V))
+        drop |= rank[None, None, :] >= k[:, None, None]
+    if top_p is not None:
+        probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
+        before = probs.cumsum(-1) - probs                                     # mass strictly above
+        drop |= before >= top_p[:, None, None]
+    drop[..., 0] = False                                                      # always keep the top token
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+def sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling. probs (B, V), uniforms (B,) in [0, 1) -> tokens (B,)."""
+    cdf = probs.cumsum(-1)
+    u = uniforms[:, None] * cdf[:, -1:]
+    idx = torch.searchsorted(cdf, u, right=True).squeeze(-1)
+    # never pick a zero-probability token at the numerical edge of the CDF
+    idx = idx.clamp_(max=probs.shape[-1] - 1)
+    bad = probs.gather(-1, idx[:, None]).squeeze(-1) <= 0
+    return torch.where(bad, probs.argmax(-1), idx)
+
+
+class BatchSampling:
+    """Per-row sampling settings of the running batch as tensors, built once per batch change."""
+
+    def __init__(self, params: list, generators: list, device="cpu"):
+        self.generators = generators
+        self.greedy = [p.greedy for p in params]
+        self.all_greedy = all(self.greedy)
+        self.any_greedy = any(self.greedy)
+        self.greedy_mask = torch.tensor(self.greedy, dtype=torch.bool, device=device)
+        self.temperature = torch.tensor([float(p.temperature) for p in params], device=device)
+        self.top_k = (torch.tensor([p.top_k for p in params], device=device)
+                      if any(p.top_k > 0 for p in params) else None)
+        self.top_p = (torch.tensor([float(p.top_p) for p in params], device=device)
+                      if any(p.top_p < 1 for p in params) else None)
+        self.device = device
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits (B, T, V) -> filtered probabilities (B, T, V)."""
+        return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
+
+    def uniforms(self, n: int) -> torch.Tensor:
+        """(B, n) uniforms, each row from its own request's generator (greedy rows: zeros)."""
+        rows = [torch.rand(n, generator=g) if g is not None and not greedy else torch.zeros(n)
+                for g, greedy in zip(self.generators, self.greedy)]
+        return torch.stack(rows).to(self.device) if rows else torch.zeros(0, n)
