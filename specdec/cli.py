@@ -1,23 +1,41 @@
-"""specdec command line: generate | train | profile | analyze | serve."""
+"""specdec command line: generate | train | profile | analyze | serve.
+
+Each subcommand lives in `specdec/commands/<name>.py` and exposes `add_parser(subparsers)`,
+which sets `func(args) -> int`. Errors caused by bad input (SpecdecError) print one line
+and exit with code 2, never a traceback.
+"""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from .errors import SpecdecError
 
+COMMANDS = ("generate", "train", "profile", "analyze", "serve")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own exit code 2, one line
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specdec", description="Lossless speculative decoding, measured.")
-    sub = p.add_subparsers(dest="command", required=True)
-    from .train.commands import add_parser as add_train
-    add_train(sub)
+    p = _Parser(prog="specdec", description="Lossless speculative decoding, measured.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"specdec.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"specdec.commands.{name}":
+                continue  # command not built in this checkout
+            raise
+        mod.add_parser(sub)
     return p
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
     except SpecdecError as e:
@@ -25,6 +43,8 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return 0
 
 
 if __name__ == "__main__":

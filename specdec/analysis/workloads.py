@@ -1,0 +1,79 @@
+"""Built-in workloads, built deterministically from the held-out corpus split.
+
+- code:     held-out standard-library code (in distribution for the bundled models)
+- prose:    English from pydoc_data/topics.py (out of distribution for a code model)
+- grounded: a held-out function, then a marker asking for it again with a small change;
+            the answer mostly copies the prompt (where n-gram lookup shines)
+- random:   uniformly random token ids (the hard case)
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import random as _random
+
+from ..train.corpus import corpus_files, prose_text, read_text
+
+WORKLOADS = ("code", "prose", "grounded", "random")
+MARKER = "\n\n# The same function again, with `{old}` renamed to `{new}`:\n"
+
+
+def _rng(name: str, seed: int) -> _random.Random:
+    return _random.Random(int.from_bytes(hashlib.sha256(f"{name}:{seed}".encode()).digest()[:8], "big"))
+
+
+def _windows(text_ids: list[list[int]], n: int, prompt_tokens: int, rng) -> list[list[int]]:
+    pool = [ids for ids in text_ids if len(ids) > prompt_tokens + 8]
+    out = []
+    while pool and len(out) < n:
+        ids = pool[rng.randrange(len(pool))]
+        start = rng.randrange(0, len(ids) - prompt_tokens)
+        out.append(ids[start:start + prompt_tokens])
+    return out
+
+
+def heldout_functions(min_lines: int = 6, max_lines: int = 40) -> list[tuple[str, str]]:
+    """(name, source) of top-level and method functions in held-out files, in file order."""
+    funcs = []
+    for rel in corpus_files("heldout"):
+        src = read_text(rel)
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        lines = src.splitlines()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno:
+                n = node.end_lineno - node.lineno + 1
+                if min_lines <= n <= max_lines and node.col_offset == 0:
+                    funcs.append((node.name, "\n".join(lines[node.lineno - 1:node.end_lineno])))
+    return funcs
+
+
+def grounded_texts(n: int, seed: int = 0) -> list[str]:
+    funcs = heldout_functions()
+    rng = _rng("grounded", seed)
+    picks = rng.sample(funcs, min(n, len(funcs)))
+    out = []
+    for name, src in picks:
+        new = f"{name}_v2"
+        out.append(src + MARKER.format(old=name, new=new) + f"def {new}(")
+    return out
+
+
+def load_workload(name: str, tokenizer, n: int = 8, prompt_tokens: int = 128, seed: int = 0) -> list[list[int]]:
+    """`n` prompts of workload `name` as token ids (BOS first). Deterministic for (n, seed)."""
+    rng = _rng(name, seed)
+    if name == "code":
+        docs = [tokenizer.encode(read_text(f), bos=False) for f in corpus_files("heldout")]
+        return [[tokenizer.bos_id] + w for w in _windows(docs, n, prompt_tokens, rng)]
+    if name == "prose":
+        paras = [p for p in prose_text().split("\n\n") if len(p) > 200]
+        docs = [tokenizer.encode(p, bos=False) for p in paras]
+        return [[tokenizer.bos_id] + w for w in _windows(docs, n, prompt_tokens, rng)]
+    if name == "grounded":
+        return [tokenizer.encode(t) for t in grounded_texts(n, seed)]
+    if name == "random":
+        V = tokenizer.vocab_size
+        return [[tokenizer.bos_id] + [rng.randrange(2, V) for _ in range(prompt_tokens)] for _ in range(n)]
+    raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")

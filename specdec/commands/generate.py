@@ -1,0 +1,101 @@
+"""`specdec generate`: decode prompts plainly or speculatively and report the statistics."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..config import EngineConfig, SamplingParams, SpecConfig
+from ..defaults import default_draft, default_target
+from ..engine.build import load_models, make_engine
+from ..errors import PromptError
+from .common import add_method_args, spec_from_args
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("generate", help="generate text, plainly or with speculative decoding")
+    p.add_argument("--target", type=Path, help="target checkpoint dir (default: bundled target)")
+    p.add_argument("--draft", type=Path, help="draft checkpoint dir (default: bundled draft when "
+                                              "--target is not given; otherwise none)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-file", type=Path)
+    src.add_argument("--batch-file", type=Path, help="JSONL, one {\"prompt\": ...} per line")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens tokens")
+    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
+    add_method_args(p)
+    p.set_defaults(func=run)
+
+
+def read_prompts(args) -> list[str]:
+    if args.prompt is not None:
+        return [args.prompt]
+    path = args.prompt_file or args.batch_file
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PromptError(f"cannot read {path}: {e}") from e
+    if args.prompt_file:
+        return [text]
+    prompts = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PromptError(f"{path}:{i}: malformed JSON: {e.msg}") from e
+        prompt = obj.get("prompt") if isinstance(obj, dict) else obj
+        if not isinstance(prompt, str):
+            raise PromptError(f"{path}:{i}: expected {{\"prompt\": string}}")
+        prompts.append(prompt)
+    if not prompts:
+        raise PromptError(f"{path}: no prompts")
+    return prompts
+
+
+def run(args) -> int:
+    prompts = read_prompts(args)
+    if any(not p for p in prompts):
+        raise PromptError("empty prompt")
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            seed=args.seed, max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos)
+    target = args.target or default_target()
+    draft = args.draft if args.draft or args.target else default_draft()
+    models = load_models(target, draft, device=args.device, threads=args.threads)
+    spec = spec_from_args(args, has_draft=models.draft is not None)
+    engine = make_engine(models, spec, EngineConfig(max_batch=args.max_batch, device=args.device,
+                                                    max_model_len=models.target.config.max_position_embeddings))
+    tok = models.tokenizer
+    ids = [tok.encode(p) for p in prompts]
+    stream = not args.json and len(prompts) == 1
+    shown = [0]
+
+    def on_step(seqs):
+        if stream and seqs:
+            text = tok.decode(seqs[0].output_ids)
+            sys.stdout.write(text[shown[0]:])
+            sys.stdout.flush()
+            shown[0] = len(text)
+
+    seqs = engine.generate(ids, params, on_step=on_step)
+    for seq in seqs:
+        stats = seq.stats.as_dict(seq.num_output)
+        if args.json:
+            print(json.dumps({"text": tok.decode(seq.output_ids), "token_ids": seq.output_ids, "stats": stats}))
+        else:
+            if not stream:
+                print(tok.decode(seq.output_ids))
+            else:
+                print()
+            print(json.dumps(stats), file=sys.stderr)
+    return 0

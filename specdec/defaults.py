@@ -1,0 +1,19 @@
+"""Where the bundled default models live (models/ at the repository root)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MODELS_DIR = Path(os.environ.get("SPECDEC_MODELS", Path(__file__).resolve().parent.parent / "models"))
+
+
+def default_target() -> Path:
+    return MODELS_DIR / "target"
+
+
+def default_draft() -> Path:
+    """The better of the two bundled drafts (see models/README.md)."""
+    for name in ("draft-distill", "draft"):
+        if (MODELS_DIR / name / "config.json").exists():
+            return MODELS_DIR / name
+    return MODELS_DIR / "draft"
