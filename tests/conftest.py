@@ -1,0 +1,74 @@
+"""Shared fixtures: tiny seeded models (random weights) and checkpoint directories."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec.models.config import ModelConfig
+from specdec.models.linear import choose_kernel
+from specdec.models.llama import LlamaModel
+from specdec.models.loader import save_checkpoint
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parent.parent
+TOKENIZER = REPO / "models" / "tokenizer.json"
+
+
+def tiny_config(vocab: int = 8192, **kw) -> ModelConfig:
+    base = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def make_model(seed: int = 0, std: float = 0.3, prepare: bool = True, **kw) -> LlamaModel:
+    """A random model whose next-token distributions are peaked enough to be interesting."""
+    torch.manual_seed(seed)
+    m = LlamaModel(tiny_config(**kw))
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, std)
+    m.eval()
+    return m.prepare(choose_kernel()) if prepare else m
+
+
+def perturbed(model: LlamaModel, noise: float, seed: int = 1) -> LlamaModel:
+    """A draft: the model's weights plus Gaussian noise (acceptance falls as noise grows)."""
+    torch.manual_seed(seed)
+    d = LlamaModel(model.config)
+    d.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for p in d.parameters():
+            if p.dim() >= 2:
+                p.add_(torch.randn_like(p) * noise)
+    d.eval()
+    return d.prepare(choose_kernel())
+
+
+@pytest.fixture(scope="session")
+def tiny_target() -> LlamaModel:
+    return make_model(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tiny_target) -> LlamaModel:
+    return perturbed(tiny_target, 0.05)
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory, tiny_target, tiny_draft) -> tuple[Path, Path]:
+    """(target_dir, draft_dir): Hugging Face checkpoint dirs of the tiny pair, with our tokenizer."""
+    root = tmp_path_factory.mktemp("ckpt")
+    t = save_checkpoint(tiny_target, TOKENIZER, root / "target", dtype=torch.float32)
+    d = save_checkpoint(tiny_draft, TOKENIZER, root / "draft", dtype=torch.float32)
+    return t, d
+
+
+def random_prompts(n: int, seed: int = 0, vocab: int = 8192, lo: int = 2, hi: int = 40) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(lo, hi, (n,), generator=g).tolist()
+    return [torch.randint(2, vocab, (L,), generator=g).tolist() for L in lens]
