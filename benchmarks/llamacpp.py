@@ -1,0 +1,172 @@
+"""Build llama.cpp's programs from the llama-cpp-python sdist, convert checkpoints, run them.
+
+Everything lives in a cache folder outside the repository (never committed):
+
+    ~/.cache/specdec/llamacpp/               (or $SPECDEC_LLAMACPP_CACHE)
+        llama_cpp_python-<v>.tar.gz          the PyPI source distribution
+        src/llama_cpp_python-<v>/vendor/llama.cpp
+        build-<v>/bin/llama-*                the programs
+        gguf/<name>-<hash>.f32.gguf          converted checkpoints
+
+    python benchmarks/llamacpp.py build [--jobs 2]      # ~10 min on 2 cores, niced
+    python benchmarks/llamacpp.py convert models/target
+
+`ensure_built()` never raises for an impossible build: it returns (None, reason) so the
+benchmark can skip the llama.cpp rows with a clear message.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+VERSION = os.environ.get("SPECDEC_LLAMACPP_VERSION", "0.3.36")
+CACHE = Path(os.environ.get("SPECDEC_LLAMACPP_CACHE", Path.home() / ".cache" / "specdec" / "llamacpp"))
+TARGETS = ("llama-speculative", "llama-speculative-simple", "llama-completion", "llama-lookup",
+           "llama-tokenize")
+CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
+               "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+               "-DBUILD_SHARED_LIBS=OFF")
+# The vendored converter does not recognise our tokenizer's hash; its pre-tokenizer is
+# ByteLevel with GPT-2's regex, which is llama.cpp's "gpt-2". Tokenization is checked after.
+_CONVERT_SHIM = """
+import runpy, sys
+sys.path.insert(0, {src!r}); sys.path.insert(1, {src!r} + '/gguf-py')
+from conversion import base
+_orig = base.TextModel.get_vocab_base_pre
+def _pre(self, tokenizer):
+    try:
+        return _orig(self, tokenizer)
+    except NotImplementedError:
+        return 'gpt-2'
+base.TextModel.get_vocab_base_pre = _pre
+_orig_sp = base.TextModel._create_vocab_sentencepiece
+def _sp(self):  # sentencepiece may be absent; our tokenizers are never sentencepiece
+    if not (self.dir_model / 'tokenizer.model').is_file():
+        raise FileNotFoundError('no tokenizer.model')
+    return _orig_sp(self)
+base.TextModel._create_vocab_sentencepiece = _sp
+sys.argv = ['convert_hf_to_gguf.py'] + {args!r}
+runpy.run_path({src!r} + '/convert_hf_to_gguf.py', run_name='__main__')
+"""
+
+
+def src_dir(version: str = VERSION) -> Path:
+    return CACHE / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+
+
+def bin_dir(version: str = VERSION) -> Path:
+    return CACHE / f"build-{version}" / "bin"
+
+
+def built(version: str = VERSION) -> bool:
+    return all((bin_dir(version) / t).is_file() for t in TARGETS)
+
+
+def fetch(version: str = VERSION) -> Path:
+    """Download the sdist with pip and extract it; return the vendored llama.cpp folder."""
+    if src_dir(version).is_dir():
+        return src_dir(version)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    sdist = CACHE / f"llama_cpp_python-{version}.tar.gz"
+    if not sdist.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+                        f"llama-cpp-python=={version}", "-d", str(CACHE)], check=True,
+                       stdout=subprocess.DEVNULL)
+    with tarfile.open(sdist) as tf:
+        tf.extractall(CACHE / "src", filter="data")
+    return src_dir(version)
+
+
+def build(version: str = VERSION, jobs: int = 2, nice: int = 19, log=print) -> Path:
+    """Configure and build TARGETS at low priority; return the bin folder."""
+    src, out = fetch(version), CACHE / f"build-{version}"
+    pre = ["nice", "-n", str(nice)] if nice else []
+    gen = ["-G", "Ninja"] if subprocess.run(["which", "ninja"], capture_output=True).returncode == 0 else []
+    logf = CACHE / "build.log"
+    t0 = time.time()
+    with open(logf, "a") as fh:
+        subprocess.run(pre + ["cmake", "-S", str(src), "-B", str(out), *gen, *CMAKE_FLAGS],
+                       check=True, stdout=fh, stderr=subprocess.STDOUT)
+        subprocess.run(pre + ["cmake", "--build", str(out), f"-j{jobs}", "--target", *TARGETS],
+                       check=True, stdout=fh, stderr=subprocess.STDOUT)
+    log(f"llama.cpp built in {time.time() - t0:.0f} s: {bin_dir(version)} (log {logf})")
+    return bin_dir(version)
+
+
+def ensure_built(version: str = VERSION, allow_build: bool = True, jobs: int = 2):
+    """(bin_dir, None) when the programs exist (building them if allowed), else (None, reason)."""
+    if built(version):
+        return bin_dir(version), None
+    if not allow_build:
+        return None, f"llama.cpp programs not built in {bin_dir(version)} (run: python benchmarks/llamacpp.py build)"
+    try:
+        return build(version, jobs=jobs), None
+    except (subprocess.CalledProcessError, OSError, tarfile.TarError) as e:
+        return None, f"llama.cpp build impossible here ({e}); see {CACHE / 'build.log'}"
+
+
+def _fingerprint(hf_dir: Path) -> str:
+    h = hashlib.sha256()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        p = hf_dir / name
+        if p.exists():
+            st = p.stat()
+            h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:12]
+
+
+def convert(hf_dir: str | Path, version: str = VERSION) -> Path:
+    """Convert an HF Llama checkpoint to GGUF f32 (cached by the files' size and mtime)."""
+    hf_dir = Path(hf_dir).resolve()
+    out = CACHE / "gguf" / f"{hf_dir.name}-{_fingerprint(hf_dir)}.f32.gguf"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = str(fetch(version))
+    tmp = out.with_suffix(".tmp")
+    code = _CONVERT_SHIM.format(src=src, args=[str(hf_dir), "--outtype", "f32", "--outfile", str(tmp)])
+    env = {**os.environ, "PYTHONPATH": src, "NO_LOCAL_GGUF": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if r.returncode != 0 or not tmp.exists():
+        raise RuntimeError(f"GGUF conversion of {hf_dir} failed:\n{r.stderr[-3000:]}")
+    tmp.replace(out)
+    return out
+
+
+def tokenize(bins: Path, gguf: Path, text: str) -> list[int]:
+    """llama.cpp's token ids for `text` (BOS added as the model's metadata says)."""
+    r = subprocess.run([str(bins / "llama-tokenize"), "-m", str(gguf), "--ids", "--log-disable",
+                        "--stdin"], input=text, capture_output=True, text=True, check=True)
+    m = re.search(r"\[([\d,\s]*)\]\s*$", r.stdout)
+    if not m:
+        raise RuntimeError(f"cannot parse llama-tokenize output: {r.stdout[-300:]!r}")
+    return [int(x) for x in m.group(1).replace(",", " ").split()]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--jobs", type=int, default=2)
+    b.add_argument("--version", default=VERSION)
+    c = sub.add_parser("convert")
+    c.add_argument("dirs", nargs="+")
+    args = ap.parse_args(argv)
+    if args.cmd == "build":
+        path, why = ensure_built(args.version, jobs=args.jobs)
+        print(path or f"SKIP: {why}")
+        return 0 if path else 1
+    for d in args.dirs:
+        print(convert(d))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
