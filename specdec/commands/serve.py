@@ -1,0 +1,66 @@
+"""`specdec serve`: an OpenAI-compatible HTTP server (see docs/serving.md).
+
+The server-wide --method/--k set the default speculation; each request may override it
+with the `speculative` extension. SIGTERM/SIGINT drain in-flight requests (up to
+--shutdown-timeout seconds) before exiting.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..defaults import default_draft, default_target
+from ..errors import ConfigError
+from .common import add_method_args, spec_from_args
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="serve an OpenAI-compatible API with speculative decoding")
+    p.add_argument("--target", type=Path, help="target checkpoint dir (default: bundled target)")
+    p.add_argument("--draft", type=Path, help="draft checkpoint dir (default: bundled draft when "
+                                              "--target is not given; otherwise none)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/* routes")
+    p.add_argument("--max-batch", type=int, default=8, help="requests running at once")
+    p.add_argument("--max-queue", type=int, default=64, help="requests waiting; beyond this: 429")
+    p.add_argument("--max-model-len", type=int, help="prompt + output cap (default: model context)")
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="seconds to let in-flight requests finish on SIGTERM")
+    p.add_argument("--served-model-name", default=None, help="model id in the API (default: target dir name)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    p.add_argument("--log-level", default="info")
+    add_method_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import uvicorn
+
+    from ..engine.build import load_models
+    from ..server.app import ServerConfig, create_app
+
+    if args.method and args.method != "draft" and args.draft is not None:
+        raise ConfigError("--draft and --method NAME (other than draft) are mutually exclusive")
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port must be in 1..65535, got {args.port}")
+    for name in ("max_batch", "max_queue"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    target = args.target or default_target()
+    draft = args.draft if args.draft or args.target else default_draft()
+    if args.method not in (None, "draft") and args.draft is None:
+        draft = None
+    models = load_models(target, draft, device=args.device, threads=args.threads)
+    spec = spec_from_args(args, has_draft=models.draft is not None)
+    cfg = ServerConfig(spec=spec, max_batch=args.max_batch, max_queue=args.max_queue,
+                       max_model_len=args.max_model_len, api_key=args.api_key,
+                       request_timeout=args.request_timeout,
+                       model_name=args.served_model_name or Path(target).resolve().name)
+    app = create_app(models, cfg)
+    # uvicorn traps SIGTERM/SIGINT: stop accepting, wait for open requests (bounded by
+    # timeout_graceful_shutdown), then run the lifespan shutdown, which stops the engine thread.
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                timeout_graceful_shutdown=args.shutdown_timeout)
+    return 0

@@ -1,0 +1,275 @@
+"""The FastAPI app: OpenAI-compatible routes over the engine thread (worker.py).
+
+    app = create_app(models, ServerConfig(...))     # uvicorn.run(app, ...)
+
+Routes: GET /health, GET /metrics, GET /v1/models, POST /v1/completions,
+POST /v1/chat/completions. Errors are OpenAI error objects: 400 bad request, 401 bad API
+key, 404 unknown model, 408 request timeout, 429 queue full, 503 shutting down.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import importlib.util
+import json
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from ..config import EngineConfig, SamplingParams, SpecConfig
+from ..engine.build import Models
+from ..errors import ConfigError, PromptError, SpecdecError
+from ..proposers import _load_builtin  # noqa: F401  (registers the built-in proposers)
+from ..proposers import available as available_methods
+from . import protocol as P
+from .metrics import ServerMetrics
+from .text import ChatFormatter, TextStream
+from .worker import Handle, QueueFull, ShuttingDown, Worker
+
+
+@dataclass
+class ServerConfig:
+    spec: SpecConfig = SpecConfig(method="none", k=0)   # default speculation per request
+    max_batch: int = 8
+    max_queue: int = 64
+    max_model_len: int | None = None                     # default: the model's context length
+    api_key: str | None = None
+    request_timeout: float = 600.0
+    model_name: str = "specdec"
+    max_engines: int = 4
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param = status, message, type_, param
+
+
+def _err(status: int, message: str, type_: str = "invalid_request_error", param=None) -> JSONResponse:
+    return JSONResponse(P.error_body(message, type_, param, status), status_code=status)
+
+
+def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
+    mml = min(cfg.max_model_len or models.target.config.max_position_embeddings,
+              models.target.config.max_position_embeddings)
+    metrics = ServerMetrics()
+    worker = Worker(models, cfg.spec, EngineConfig(max_batch=cfg.max_batch, max_model_len=mml),
+                    max_queue=cfg.max_queue, request_timeout=cfg.request_timeout, metrics=metrics,
+                    max_engines=cfg.max_engines)
+    chat = ChatFormatter(models.tokenizer, models.target_path)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        worker.start()
+        yield
+        await asyncio.get_running_loop().run_in_executor(None, worker.stop, 30.0)
+
+    app = FastAPI(title="specdec", lifespan=lifespan)
+    app.state.worker, app.state.metrics, app.state.config = worker, metrics, cfg
+
+    @app.exception_handler(HTTPError)
+    async def _http_error(request, exc: HTTPError):
+        return _err(exc.status, exc.message, exc.type, exc.param)
+
+    @app.middleware("http")
+    async def _auth(request: Request, call_next):
+        if cfg.api_key and request.url.path.startswith("/v1/"):
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {cfg.api_key}".encode()):
+                return _err(401, "invalid or missing API key", "authentication_error")
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "running": worker.num_running, "waiting": worker.num_waiting}
+
+    @app.get("/metrics")
+    async def prom():
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def list_models():
+        return {"object": "list", "data": [{"id": cfg.model_name, "object": "model", "created": P.now(),
+                                            "owned_by": "specdec", "max_model_len": mml}]}
+
+    async def parse(request: Request, model_cls):
+        try:
+            obj = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise HTTPError(400, f"request body is not valid JSON: {e}")
+        try:
+            req = model_cls.model_validate(obj)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise HTTPError(400, f"{loc}: {first['msg']}" if loc else first["msg"], param=loc or None)
+        if req.model is not None and req.model != cfg.model_name:
+            raise HTTPError(404, f"the model `{req.model}` does not exist", "not_found_error", "model")
+        if req.n != 1:
+            raise HTTPError(400, "n > 1 is not supported; send one request per completion", param="n")
+        return req
+
+    def sampling(req, max_tokens: int | None, prompt_len: int) -> SamplingParams:
+        try:
+            return SamplingParams(temperature=float(1.0 if req.temperature is None else req.temperature),
+                                  top_p=float(1.0 if req.top_p is None else req.top_p),
+                                  top_k=req.top_k or 0, seed=req.seed, ignore_eos=req.ignore_eos,
+                                  max_new_tokens=max_tokens if max_tokens is not None
+                                  else max(1, mml - prompt_len))
+        except ConfigError as e:
+            raise HTTPError(400, str(e))
+
+    def spec_key(req) -> tuple:
+        opts = req.speculative or P.SpeculativeOptions()
+        method = opts.method or cfg.spec.method
+        k = cfg.spec.k if opts.k is None else opts.k
+        if opts.k is None and k == 0 and method != "none":   # speculation asked for, k left open
+            k = "auto" if importlib.util.find_spec("specdec.engine.adaptive") else 4
+        if method == "none" or k == 0:
+            return ("none", 0)
+        if method not in available_methods():
+            raise HTTPError(400, f"unknown speculative method {method!r}; choose one of "
+                                 f"{', '.join(available_methods())}", param="speculative.method")
+        if method == "draft" and models.draft is None:
+            raise HTTPError(400, "speculative method 'draft' needs a draft model; start the server "
+                                 "with --draft DIR", param="speculative.method")
+        if k == "auto" and importlib.util.find_spec("specdec.engine.adaptive") is None:
+            raise HTTPError(400, "k='auto' is not available in this build (no adaptive policy)",
+                            param="speculative.k")
+        try:
+            SpecConfig(method=method, k=k, k_max=cfg.spec.k_max)
+        except ConfigError as e:
+            raise HTTPError(400, str(e), param="speculative.k")
+        return (method, k)
+
+    def submit(ids: list[int], params: SamplingParams, key) -> Handle:
+        try:
+            return worker.submit(ids, params, key, asyncio.get_running_loop())
+        except PromptError as e:
+            raise HTTPError(400, str(e), param="prompt")
+        except QueueFull as e:
+            raise HTTPError(429, str(e), "rate_limit_error")
+        except ShuttingDown as e:
+            raise HTTPError(503, str(e), "service_unavailable")
+
+    async def run(request: Request, req, ids: list[int], max_tokens: int | None, chat_mode: bool):
+        params = sampling(req, max_tokens, len(ids))
+        h = submit(ids, params, spec_key(req))
+        cid, created = P.new_id("chatcmpl" if chat_mode else "cmpl"), P.now()
+        stream = TextStream(models.tokenizer, req.stop_list())
+        if req.stream:
+            gen = _sse(request, worker, h, stream, cid, created, cfg.model_name, chat_mode,
+                       bool(req.stream_options and req.stream_options.include_usage))
+            return StreamingResponse(gen, media_type="text/event-stream")
+        text, reason = "", None
+        async for kind, val in _events(request, worker, h, stream):
+            if kind == "text":
+                text += val
+            else:
+                reason = val
+        usage = _usage(h, stream)
+        if chat_mode:
+            return P.chat_response(cid, cfg.model_name, created, text, reason, usage)
+        if getattr(req, "echo", False):
+            text = models.tokenizer.decode(ids) + text
+        return {**P.completion_chunk(cid, cfg.model_name, created, text, reason), "usage": usage.model_dump()}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        req = await parse(request, P.CompletionRequest)
+        prompt = req.prompt
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+            if len(prompt) != 1:
+                raise HTTPError(400, "batched prompts are not supported; send one prompt per request",
+                                param="prompt")
+            prompt = prompt[0]
+        ids = models.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        return await run(request, req, ids, 16 if req.max_tokens is None else req.max_tokens, False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        req = await parse(request, P.ChatCompletionRequest)
+        for i, m in enumerate(req.messages):
+            if isinstance(m.content, list) and any(p.get("type") != "text" for p in m.content):
+                raise HTTPError(400, "only text content parts are supported", param=f"messages.{i}.content")
+        try:
+            ids = chat.encode([(m.role, m.text()) for m in req.messages])
+        except PromptError as e:
+            raise HTTPError(400, str(e), param="messages")
+        return await run(request, req, ids, req.max_completion_tokens or req.max_tokens, True)
+
+    return app
+
+
+async def _events(request: Request, worker: Worker, h: Handle, stream: TextStream):
+    """Yield ("text", delta) then ("finish", reason); abort on disconnect or stop string.
+    Raises HTTPError for a failed or timed-out request."""
+    finished = False
+    try:
+        while True:
+            try:
+                kind, val = await asyncio.wait_for(h.events.get(), timeout=0.5)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    return
+                continue
+            if kind == "error":
+                finished = True
+                status = 400 if isinstance(val, SpecdecError) else 500
+                raise HTTPError(status, str(val), "invalid_request_error" if status == 400 else "server_error")
+            if kind == "tokens":
+                delta = stream.push(val)
+                if delta:
+                    yield "text", delta
+                if stream.stopped:
+                    yield "finish", "stop"
+                    return
+                continue
+            finished = True
+            if val == "timeout":
+                raise HTTPError(408, f"the request timed out after {worker.request_timeout:g} s",
+                                "timeout_error")
+            tail = stream.flush()
+            if tail:
+                yield "text", tail
+            yield "finish", "stop" if val == "abort" else val
+            return
+    finally:
+        if not finished:
+            worker.abort(h)     # frees the request's cache rows at once (no-op if already done)
+
+
+def _usage(h: Handle, stream: TextStream) -> P.Usage:
+    st = h.seq.stats if h.seq is not None else None
+    n = len(stream.ids)
+    drafts = st.drafts if st else 0
+    return P.Usage(prompt_tokens=len(h.prompt_ids), completion_tokens=n, total_tokens=len(h.prompt_ids) + n,
+                   accepted_tokens=st.accepted_tokens if st else 0, draft_tokens=st.draft_tokens if st else 0,
+                   mean_acceptance_length=1 + st.accepted_tokens / drafts if drafts else 1.0)
+
+
+async def _sse(request, worker, h, stream, cid, created, model, chat_mode: bool, include_usage: bool):
+    def data(obj) -> str:
+        return f"data: {json.dumps(obj)}\n\n"
+
+    if chat_mode:
+        yield data(P.chat_chunk(cid, model, created, {"role": "assistant", "content": ""}, None))
+    try:
+        async for kind, val in _events(request, worker, h, stream):
+            if kind == "text":
+                yield data(P.chat_chunk(cid, model, created, {"content": val}, None) if chat_mode
+                           else P.completion_chunk(cid, model, created, val, None))
+            else:
+                yield data(P.chat_chunk(cid, model, created, {}, val) if chat_mode
+                           else P.completion_chunk(cid, model, created, "", val))
+    except HTTPError as e:
+        yield data(P.error_body(e.message, e.type, e.param, e.status))
+    if include_usage:
+        chunk = (P.chat_chunk if chat_mode else P.completion_chunk)(cid, model, created, "", None, _usage(h, stream))
+        chunk["choices"] = []
+        yield data(chunk)
+    yield "data: [DONE]\n\n"

@@ -1,0 +1,127 @@
+"""OpenAI-compatible request and response models (pydantic), plus specdec's extensions.
+
+Extensions over the OpenAI API:
+- `top_k` (int, 0 = off) on both endpoints;
+- `speculative`: {"method": "draft" | "none" | ..., "k": int | "auto" | "heuristic"} per request;
+- `usage.accepted_tokens`, `usage.draft_tokens`, `usage.mean_acceptance_length`.
+
+Types are strict (a string is not an int), so malformed requests fail validation and the
+app answers 400 with an OpenAI-style error object.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+Number = Union[StrictInt, StrictFloat]
+
+
+class _Req(BaseModel):
+    # Unknown fields (user, logit_bias, ...) are accepted and ignored, as many servers do.
+    model_config = ConfigDict(extra="ignore")
+
+
+class SpeculativeOptions(_Req):
+    """Per-request speculation. Omitted fields fall back to the server's defaults."""
+    method: StrictStr | None = None
+    k: StrictInt | Literal["auto", "heuristic"] | None = None
+
+
+class StreamOptions(_Req):
+    include_usage: StrictBool = False
+
+
+class _Sampling(_Req):
+    model: StrictStr | None = None
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    temperature: Number | None = Field(default=None, ge=0, le=2)
+    top_p: Number | None = Field(default=None, gt=0, le=1)
+    top_k: StrictInt | None = Field(default=None, ge=0)
+    seed: StrictInt | None = None
+    stop: StrictStr | list[StrictStr] | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    n: StrictInt = Field(default=1, ge=1)
+    ignore_eos: StrictBool = False   # extension (as in vLLM): generate exactly max_tokens
+    speculative: SpeculativeOptions | None = None
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop)
+        return [s for s in stops if s]
+
+
+class CompletionRequest(_Sampling):
+    prompt: StrictStr | list[StrictInt] | list[StrictStr] | list[list[StrictInt]]
+    echo: StrictBool = False
+
+
+class ChatMessage(_Req):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: StrictStr | list[dict] | None = None
+
+    def text(self) -> str:
+        """The message's text; content parts other than text are refused upstream."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+
+
+# ---- responses ---------------------------------------------------------------------------
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    accepted_tokens: int = 0
+    draft_tokens: int = 0
+    mean_acceptance_length: float = 1.0
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
+               code: str | int | None = None) -> dict:
+    """OpenAI's error object: {"error": {"message", "type", "param", "code"}}."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def completion_chunk(cid: str, model: str, created: int, text: str, finish: str | None,
+                     usage: Usage | None = None) -> dict:
+    out = {"id": cid, "object": "text_completion", "created": created, "model": model,
+           "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+    if usage is not None:
+        out["usage"] = usage.model_dump()
+    return out
+
+
+def chat_chunk(cid: str, model: str, created: int, delta: dict, finish: str | None,
+               usage: Usage | None = None) -> dict:
+    out = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+           "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    if usage is not None:
+        out["usage"] = usage.model_dump()
+    return out
+
+
+def chat_response(cid: str, model: str, created: int, text: str, finish: str | None, usage: Usage) -> dict:
+    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "logprobs": None, "finish_reason": finish}],
+            "usage": usage.model_dump()}

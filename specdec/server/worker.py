@@ -1,0 +1,278 @@
+"""The engine thread: one background thread owns every Engine and steps them.
+
+Per-request speculation: one Engine per distinct (method, k), created lazily, all sharing
+the loaded target (and draft) weights; each has its own KV cache and continuous batch. The
+thread steps every engine with work once per loop, so requests join and leave their batch
+between steps. At most `max_batch` requests run at once over all engines; the rest wait in
+one FIFO queue of at most `max_queue` (beyond that `submit` raises QueueFull -> HTTP 429).
+Idle engines beyond `max_engines` are dropped to bound memory.
+
+The asyncio side talks to the thread only through queues: `submit`/`abort` put commands on
+a thread-safe inbox; the thread answers on each request's asyncio.Queue via
+`loop.call_soon_threadsafe`, with events ("tokens", ids), ("done", reason) or ("error", exc).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..config import EngineConfig, SamplingParams, SpecConfig
+from ..engine.build import Models, make_engine
+from ..engine.engine import Engine
+from ..errors import PromptError
+from .metrics import ServerMetrics
+
+SpecKey = tuple[str, object]
+
+
+class QueueFull(Exception):
+    """The waiting queue is full (HTTP 429)."""
+
+
+class ShuttingDown(Exception):
+    """The server is draining (HTTP 503)."""
+
+
+@dataclass
+class Handle:
+    """One request as the two sides see it. Fields after `events` belong to the engine thread."""
+    prompt_ids: list[int]
+    params: SamplingParams
+    key: SpecKey
+    deadline: float
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    id: int = field(default_factory=itertools.count().__next__)
+    t_submit: float = field(default_factory=time.perf_counter)
+    seq: object = None                 # engine.sequence.Sequence once admitted
+    sent: int = 0                      # output tokens already delivered
+    t_last: float | None = None
+    done: bool = False
+
+    def post(self, kind: str, value=None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        except RuntimeError:           # the event loop is closed: nobody is listening
+            pass
+
+
+def validate_prompt(prompt_ids: list[int], params: SamplingParams, vocab: int, max_model_len: int) -> None:
+    """The checks Engine.add_request makes, run on the request thread so errors are immediate."""
+    if not prompt_ids:
+        raise PromptError("empty prompt")
+    if any((not isinstance(t, int)) or t < 0 or t >= vocab for t in prompt_ids):
+        raise PromptError(f"prompt token ids must be integers in [0, {vocab})")
+    total = len(prompt_ids) + params.max_new_tokens
+    if total > max_model_len:
+        raise PromptError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_new_tokens}) "
+                          f"= {total} exceeds the context length {max_model_len}")
+
+
+class Worker:
+    def __init__(self, models: Models, default_spec: SpecConfig, config: EngineConfig,
+                 max_queue: int = 64, request_timeout: float = 600.0, metrics: ServerMetrics | None = None,
+                 max_engines: int = 4):
+        self.models, self.default_spec, self.config = models, default_spec, config
+        self.max_queue, self.request_timeout, self.max_engines = max_queue, request_timeout, max_engines
+        self.max_model_len = min(config.max_model_len, models.target.config.max_position_embeddings)
+        self.metrics = metrics or ServerMetrics()
+        self.metrics.bind_gauges(lambda: self.num_running, lambda: self.num_waiting)
+        self.engines: dict[SpecKey, Engine] = {}
+        self._snaps: dict[SpecKey, dict] = {}
+        self._active: dict[SpecKey, dict[int, Handle]] = {}   # key -> seq id -> handle
+        self._pending: deque[Handle] = deque()
+        self._inbox: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._queued = 0                   # submitted, not yet in an engine (guarded by _lock)
+        self._running = 0
+        self._closing = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="specdec-engine", daemon=True)
+
+    # ---- asyncio side ----------------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return self._running
+
+    @property
+    def num_waiting(self) -> int:
+        return self._queued
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams, key: SpecKey,
+               loop: asyncio.AbstractEventLoop) -> Handle:
+        validate_prompt(prompt_ids, params, self.models.target.config.vocab_size, self.max_model_len)
+        with self._lock:
+            if self._closing:
+                raise ShuttingDown("the server is shutting down")
+            if self._queued >= self.max_queue:
+                raise QueueFull(f"the request queue is full ({self.max_queue} waiting); retry later")
+            self._queued += 1
+        h = Handle(prompt_ids, params, key, time.perf_counter() + self.request_timeout, loop)
+        self._inbox.put(("add", h))
+        return h
+
+    def abort(self, h: Handle) -> None:
+        self._inbox.put(("abort", h))
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Refuse new requests, let running ones finish for up to `timeout` s, abort the rest."""
+        with self._lock:
+            self._closing = True
+        end = time.monotonic() + timeout
+        while self._thread.is_alive() and (self._queued or self._running) and time.monotonic() < end:
+            time.sleep(0.05)
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def leaks(self) -> list[str]:
+        """Describe leaked state (running rows, non-empty caches); [] when idle and clean.
+        Call only while no request is in flight."""
+        out = []
+        for key, eng in list(self.engines.items()):
+            if eng.running or eng.waiting:
+                out.append(f"{key}: {len(eng.running)} running, {len(eng.waiting)} waiting")
+            if any(eng.cache.lengths):
+                out.append(f"{key}: target cache lengths {eng.cache.lengths}")
+            pc = getattr(eng.proposer, "cache", None)
+            if pc is not None and any(pc.lengths):
+                out.append(f"{key}: proposer cache lengths {pc.lengths}")
+            if self._active.get(key):
+                out.append(f"{key}: {len(self._active[key])} handles still tracked")
+        if self._pending:
+            out.append(f"{len(self._pending)} pending")
+        return out
+
+    # ---- engine thread ---------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            busy = any(e.has_unfinished() for e in self.engines.values())
+            self._drain_inbox(block=not busy and not self._pending)
+            self._admit()
+            self._expire()
+            for key, eng in list(self.engines.items()):
+                if eng.has_unfinished():
+                    self._step(key, eng)
+        for key in list(self._active):
+            for h in list(self._active[key].values()):
+                self._finish(key, h, "abort", abort=True)
+        for h in list(self._pending):
+            self._drop_pending(h, "abort")
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            cmd = self._inbox.get(timeout=0.05) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, h = cmd
+            if kind == "add":
+                self._pending.append(h)
+            elif kind == "abort" and not h.done:
+                if h.seq is None:
+                    self._drop_pending(h, "abort")
+                else:
+                    self._finish(h.key, h, "abort", abort=True)
+            try:
+                cmd = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _engine(self, key: SpecKey) -> Engine | None:
+        """The engine for `key`, created on first use; None while every slot is busy."""
+        if key in self.engines:
+            return self.engines[key]
+        if len(self.engines) >= self.max_engines:
+            idle = [k for k, e in self.engines.items() if not e.has_unfinished() and not self._active.get(k)]
+            if not idle:
+                return None
+            for k in idle:
+                del self.engines[k], self._snaps[k]
+                self._active.pop(k, None)
+        method, k = key
+        spec = SpecConfig(method=method, k=k, k_max=self.default_spec.k_max, options=self.default_spec.options)
+        self.engines[key] = make_engine(self.models, spec, self.config)
+        self._snaps[key], self._active[key] = {}, {}
+        return self.engines[key]
+
+    def _admit(self) -> None:
+        for h in list(self._pending):
+            if self._running >= self.config.max_batch:
+                return
+            try:
+                eng = self._engine(h.key)
+                if eng is None:
+                    continue
+                h.seq = eng.add_request(h.prompt_ids, h.params)
+            except Exception as e:  # a bad speculative config or prompt: that request fails
+                self._drop_pending(h, None, error=e)
+                continue
+            self._pending.remove(h)
+            self._active[h.key][h.seq.id] = h
+            with self._lock:
+                self._queued -= 1
+                self._running += 1
+            self.metrics.prompt_tokens.inc(len(h.prompt_ids))
+
+    def _drop_pending(self, h: Handle, reason: str | None, error: Exception | None = None) -> None:
+        if h in self._pending:
+            self._pending.remove(h)
+            with self._lock:
+                self._queued -= 1
+        h.done = True
+        h.post("error", error) if error is not None else h.post("done", reason)
+
+    def _expire(self) -> None:
+        now = time.perf_counter()
+        for h in [h for h in self._pending if h.deadline < now]:
+            self._drop_pending(h, "timeout")
+        for key, table in list(self._active.items()):
+            for h in [h for h in table.values() if h.deadline < now]:
+                self._finish(key, h, "timeout", abort=True)
+
+    def _step(self, key: SpecKey, eng: Engine) -> None:
+        try:
+            eng.step()
+        except Exception as e:  # an engine bug must not hang clients: fail its requests, rebuild
+            for h in list(self._active[key].values()):
+                self._finish(key, h, None, error=e)
+            del self.engines[key], self._snaps[key]
+            self._active.pop(key, None)
+            return
+        self._snaps[key] = self.metrics.add_engine_delta(eng.metrics, self._snaps[key])
+        now = time.perf_counter()
+        for h in list(self._active[key].values()):
+            new = h.seq.output_ids[h.sent:]
+            if new:
+                if h.t_last is None:
+                    self.metrics.ttft.observe(now - h.t_submit)
+                else:
+                    for _ in new:
+                        self.metrics.itl.observe((now - h.t_last) / len(new))
+                h.t_last, h.sent = now, h.sent + len(new)
+                h.post("tokens", new)
+            if h.seq.finished:
+                self._finish(key, h, h.seq.finish_reason)
+        eng.collect_finished()
+
+    def _finish(self, key: SpecKey, h: Handle, reason: str | None, abort: bool = False,
+                error: Exception | None = None) -> None:
+        """Retire a running request: free its rows (abort) and tell the asyncio side."""
+        eng = self.engines.get(key)
+        if abort and eng is not None:
+            eng.abort(h.seq.id)
+            eng.collect_finished()
+        self._active.get(key, {}).pop(h.seq.id, None)
+        with self._lock:
+            self._running -= 1
+        h.done = True
+        self.metrics.e2e.observe(time.perf_counter() - h.t_submit)
+        self.metrics.request_success.labels(finished_reason=reason or "error").inc()
+        h.post("error", error) if error is not None else h.post("done", reason)
