@@ -1,0 +1,243 @@
+"""The cost of one speculative round on this machine, measured and cached.
+
+Public API (stable; the adaptive policy and the analysis code use it):
+
+    cm = CostModel.load_or_measure(target, proposer_or_draft=None, device=None, threads=None,
+                                   quick=True, k_max=8, batch_sizes=None)
+    cm.t_target(b, q, L=None) -> float   # seconds of one target forward: b rows, q positions
+                                         # each (q = k + 1 to verify k drafts), L cached tokens
+    cm.t_draft(key, b, L=None) -> float  # seconds per proposed token for proposer `key`
+                                         # (`proposer.cost_key()`); 0.0 for draft-free ones
+    cm.table() -> dict                   # everything measured, JSON-ready (see `table`)
+    cm.ensure(b) -> bool                 # lazily measure what predicting batch b needs
+    CostModel.from_function(...)         # a synthetic model (tests, what-if analysis)
+
+`proposer_or_draft` is a proposer (its `model` and `num_layers`, if it has them, are timed;
+key `cost_key()`), a draft `LlamaModel` (key "draft:draft", the draft proposer's key) or None.
+
+Measurement (profiling.py): one cached forward, called as the engine calls it, at batch
+rows b in {1, 2, 4, ..., 64} (powers of two; the largest row is `max(batch_sizes)`),
+q in 1..k_max+1, and two cache lengths to capture the KV-cache term. Each model's points
+are cached in `cache_dir()/costs/<hash>.json`, keyed by what sets the cost: the model's
+architecture (config, parameter count, layers used), dtype, linear kernel, device (and
+CPU model), torch version and thread count. Weights do not change the cost, so a
+retrained checkpoint of the same shape reuses the table; `specdec profile` re-measures.
+
+Cold start: `quick=True` measures only b = 1 at q in {1, k_max+1} (both cache lengths,
+well under a second for the bundled pair); `ensure(b)` then measures, on first use of a
+batch size, the endpoints of the two power-of-two rows around b, and afterwards one
+interior q per call until those rows are complete. `quick=False` measures the full grid.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .profiling import GRID_B, ModelProfile, Point, bisect_order, grid_rows
+
+DRAFT_KEY = "draft:draft"       # DraftModelProposer.cost_key() for the default name
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def model_identity(model, num_layers: int | None = None, device: str | None = None,
+                   threads: int | None = None) -> dict:
+    """What determines a model's forward cost here (weights' values do not)."""
+    cfg = {k: v for k, v in asdict(model.config).items() if k != "extra"}
+    dev = device or model.device.type
+    ident = {"config": cfg, "params": sum(p.numel() for p in model.parameters()),
+            "num_layers": num_layers, "dtype": str(model.lm_head.weight.dtype),
+            "kernel": getattr(model.kernel, "name", "stock"), "device": dev,
+            "cpu": _cpu_name() if dev == "cpu" else torch.cuda.get_device_name(model.device),
+            "torch": torch.__version__, "threads": threads or torch.get_num_threads()}
+    return json.loads(json.dumps(ident))         # as it reads back from the cache file
+
+
+def identity_hash(identity: dict) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def cache_path(identity: dict) -> Path:
+    from ..train.data import cache_dir
+    d = cache_dir() / "costs"
+    d.mkdir(parents=True, exist_ok=True)
+    return d / f"{identity_hash(identity)}.json"
+
+
+@dataclass
+class _Source:
+    """A model we can (re-)measure, and where its profile is cached."""
+    model: object
+    num_layers: int | None
+    identity: dict
+    profile: ModelProfile
+    is_target: bool
+
+    def save(self) -> None:
+        path = cache_path(self.identity)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"identity": self.identity, "profile": self.profile.to_json()}))
+        tmp.replace(path)
+
+
+def _load(identity: dict, l_ref: int, l_long: int) -> ModelProfile:
+    path = cache_path(identity)
+    try:
+        d = json.loads(path.read_text())
+        prof = ModelProfile.from_json(d["profile"])
+        if d["identity"] == identity and (prof.l_ref, prof.l_long) == (l_ref, l_long):
+            return prof
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return ModelProfile(l_ref, l_long)
+
+
+class CostModel:
+    def __init__(self, target: ModelProfile, drafts: dict[str, ModelProfile] | None = None,
+                 k_max: int = 8, sources: list[_Source] | None = None, timing: dict | None = None):
+        self.target, self.drafts, self.k_max = target, dict(drafts or {}), k_max
+        self.q_max = k_max + 1
+        self._sources = sources or []
+        self._timing = timing or {}
+        self._complete: set[int] = set()
+
+    # ---- construction ------------------------------------------------------------------
+    @classmethod
+    def load_or_measure(cls, target, proposer_or_draft=None, device: str | None = None,
+                        threads: int | None = None, quick: bool = True, k_max: int = 8,
+                        batch_sizes: list[int] | None = None, remeasure: bool = False,
+                        l_ref: int = 128, l_long: int = 512, timing: dict | None = None) -> "CostModel":
+        """Load cached tables for `target` (and its draft) or measure them; see the module doc.
+        `timing` passes min_time/min_reps/max_reps to the timer (tests use tiny values)."""
+        q_max = k_max + 1
+        room = target.config.max_position_embeddings - q_max - 1
+        l_long = max(1, min(l_long, room))
+        l_ref = max(1, min(l_ref, l_long // 4))
+        old_threads = torch.get_num_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            models = [(target, None, None)]
+            key, draft = None, proposer_or_draft
+            if proposer_or_draft is not None and hasattr(proposer_or_draft, "cost_key"):
+                key, draft = proposer_or_draft.cost_key(), getattr(proposer_or_draft, "model", None)
+            if draft is not None:
+                models.append((draft, getattr(proposer_or_draft, "num_layers", None), key or DRAFT_KEY))
+            by_id: dict[str, _Source] = {}      # a draft shaped like the target shares its table
+            profiles = []
+            for model, nl, k in models:
+                ident = model_identity(model, nl, device, threads)
+                h = identity_hash(ident)
+                if h not in by_id:
+                    prof = ModelProfile(l_ref, l_long) if remeasure else _load(ident, l_ref, l_long)
+                    by_id[h] = _Source(model, nl, ident, prof, is_target=k is None)
+                profiles.append(by_id[h].profile)
+            drafts = {k: p for (_m, _nl, k), p in zip(models, profiles) if k is not None}
+            cm = cls(profiles[0], drafts, k_max, list(by_id.values()), timing)
+            rows = grid_rows(max(batch_sizes)) if batch_sizes else list(GRID_B)
+            if quick:
+                cm._measure(cm._required([1]))
+            else:
+                cm._measure(cm._required(rows) + cm._optional(rows, everything=True))
+            return cm
+        finally:
+            torch.set_num_threads(old_threads)
+
+    @classmethod
+    def from_function(cls, target_fn, draft_fns: dict | None = None, k_max: int = 8,
+                      batch_sizes=GRID_B, l_ref: int = 128, l_long: int = 512) -> "CostModel":
+        """A synthetic cost model: target_fn(b, q, L) and draft_fns[key](b, L) in seconds,
+        sampled on the same grid a measurement would use (nothing is timed)."""
+        tp = ModelProfile(l_ref, l_long)
+        drafts = {k: ModelProfile(l_ref, l_long) for k in (draft_fns or {})}
+        for b in batch_sizes:
+            for L in (l_ref, l_long):
+                for q in range(1, k_max + 2):
+                    tp.points[(L, b, q)] = float(target_fn(b, q, L))
+                for k, fn in (draft_fns or {}).items():
+                    drafts[k].points[(L, b, 1)] = float(fn(b, L))
+        return cls(tp, drafts, k_max)
+
+    # ---- queries -------------------------------------------------------------------------
+    def t_target(self, b: float, q: float, L: float | None = None) -> float:
+        return self.target.t(b, q, L)
+
+    def t_draft(self, key: str, b: float, L: float | None = None) -> float:
+        prof = self.drafts.get(key)
+        return prof.t(b, 1, L) if prof is not None and prof.points else 0.0
+
+    def table(self) -> dict:
+        """{"identity", "l_ref", "l_long", "q_max",
+            "target": {b: [seconds at q = 1..q_max]} (measured rows, cache length l_ref),
+            "measured_q": {b: [q measured]}, "kv_sigma": [s per row per cached token, by q],
+            "kv_effect": {b: t(b, q_max, l_long) / t(b, q_max, l_ref)},
+            "draft": {key: {b: seconds per proposed token}}}"""
+        p, qs = self.target, range(1, self.q_max + 1)
+        rows = p.rows(p.l_ref)
+        ident = next((s.identity for s in self._sources if s.is_target), None)
+        return {
+            "identity": ident, "l_ref": p.l_ref, "l_long": p.l_long, "q_max": self.q_max,
+            "target": {b: [self.t_target(b, q) for q in qs] for b in rows},
+            "measured_q": {b: sorted(p.row(p.l_ref, b)) for b in rows},
+            "kv_sigma": [p.sigma(q) for q in qs],
+            "kv_effect": {b: p.t(b, self.q_max, p.l_long) / max(p.t(b, self.q_max, p.l_ref), 1e-12)
+                          for b in rows},
+            "draft": {k: {b: self.t_draft(k, b) for b in d.rows(d.l_ref)} for k, d in self.drafts.items()},
+        }
+
+    # ---- lazy measurement -------------------------------------------------------------------
+    @staticmethod
+    def bracket(b: int) -> list[int]:
+        """The power-of-two batch rows on either side of b (one row if b is a power of two)."""
+        lo = 1 << (max(1, int(b)).bit_length() - 1)
+        return [lo] if lo == b else [lo, lo * 2]
+
+    def ensure(self, b: int) -> bool:
+        """Measure what predicting batch `b` still lacks: every required point of its bracketing
+        rows at once, then one interior q per call. Returns whether anything was measured."""
+        if not self._sources or b in self._complete:
+            return False
+        rows = self.bracket(b)
+        todo = self._required(rows) or self._optional(rows)[:1]
+        if not todo:
+            self._complete.add(b)
+            return False
+        self._measure(todo)
+        return True
+
+    def _required(self, rows: list[int]) -> list[tuple[_Source, Point]]:
+        out = []
+        for s in self._sources:
+            p, qs = s.profile, ((1, self.q_max) if s.is_target else (1,))
+            out += [(s, (L, b, q)) for b in rows for L in (p.l_ref, p.l_long) for q in qs]
+        return [(s, pt) for s, pt in out if pt not in s.profile.points]
+
+    def _optional(self, rows: list[int], everything: bool = False) -> list[tuple[_Source, Point]]:
+        out = []
+        for s in self._sources:
+            if not s.is_target:
+                continue
+            p = s.profile
+            for b in rows:
+                out += [(s, (p.l_ref, b, q)) for q in bisect_order(self.q_max)]
+                if everything:
+                    out += [(s, (p.l_long, b, q)) for q in (1, (1 + self.q_max) // 2, self.q_max)]
+        return [(s, pt) for s, pt in out if pt not in s.profile.points]
+
+    def _measure(self, todo: list[tuple[_Source, Point]]) -> None:
+        for s in {id(s): s for s, _ in todo}.values():
+            s.profile.measure([pt for ss, pt in todo if ss is s], s.model, s.num_layers, **self._timing)
+            s.save()

@@ -1,0 +1,112 @@
+"""Live acceptance estimates: Beta posteriors per draft position, per proposer and per request.
+
+a_j = P(draft j accepted | drafts 1..j-1 accepted). A round that drafts n tokens and has
+m accepted is m successes at positions 1..m and, if m < n, one failure at position m+1;
+later positions are not observed. Under independent Beta posteriors,
+
+    P(A >= i) = prod_{j<=i} E[a_j]            (exact: the mean of a product of independents)
+    E[min(1 + A, r) | k] = sum_{i=0}^{min(k, r-1)} P(A >= i)
+
+with r the tokens a request may still emit (the bonus/recovered token is always 1).
+
+Two levels:
+- per proposer (key = `proposer.cost_key()`): Beta(PRIOR_N * m_j + s_j, PRIOR_N * (1 - m_j) + f_j),
+  whose prior mean chains from the previous position (m_1 = PRIOR_MEAN, m_j = E[a_{j-1}]),
+  so positions never drafted inherit the nearest evidence;
+- per request row: ROW_PRIOR_N pseudo-rounds at the proposer's means, plus its own counts.
+
+Forgetting. Counts decay by ROW_DECAY / PROPOSER_DECAY per observed round so estimates
+track the text, and by IDLE_DECAY per round with no drafting: evidence then relaxes toward
+the optimistic prior, and a policy that stopped drafting tries again once the relaxed
+estimate says drafting would pay. Because an exploration round adds fresh evidence, probes
+become rarer when they keep failing; their spacing grows with the evidence per round and
+with the cost of drafting (see docs/adaptive.md). These constants are part of the
+estimator, not user settings.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PRIOR_MEAN = 0.8         # optimistic: an untried proposer is worth trying
+PRIOR_N = 2.0            # pseudo-observations behind the proposer-level prior
+ROW_PRIOR_N = 4.0        # pseudo-rounds a new request borrows from its proposer's estimate
+ROW_DECAY = 0.9          # per drafted round (a request's window: ~10 rounds)
+PROPOSER_DECAY = 0.98    # per step with drafting (~50 steps of all rows)
+IDLE_DECAY = 0.993       # per step without drafting (evidence half-life ~100 steps)
+
+
+class AcceptanceTracker:
+    def __init__(self, k_max: int):
+        self.k_max = k_max
+        self.rows_s = np.zeros((0, k_max))          # (R, k_max) decayed successes per position
+        self.rows_f = np.zeros((0, k_max))          # (R, k_max) decayed failures
+        self.keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    # ---- rows follow the engine's batch --------------------------------------------------
+    def start(self, row: int) -> None:
+        if row >= len(self.rows_s):
+            grow = row + 1 - len(self.rows_s)
+            self.rows_s = np.vstack([self.rows_s, np.zeros((grow, self.k_max))])
+            self.rows_f = np.vstack([self.rows_f, np.zeros((grow, self.k_max))])
+        self.rows_s[row] = 0.0
+        self.rows_f[row] = 0.0
+
+    def move_row(self, src: int, dst: int) -> None:
+        self.rows_s[dst], self.rows_f[dst] = self.rows_s[src], self.rows_f[src]
+
+    # ---- estimates --------------------------------------------------------------------------
+    def _key(self, key: str):
+        if key not in self.keys:
+            self.keys[key] = (np.zeros(self.k_max), np.zeros(self.k_max))
+        return self.keys[key]
+
+    def proposer_means(self, key: str) -> np.ndarray:
+        """(k_max,) E[a_j] at the proposer level."""
+        s, f = self._key(key)
+        out, m = np.empty(self.k_max), PRIOR_MEAN
+        for j in range(self.k_max):
+            m = (PRIOR_N * m + s[j]) / (PRIOR_N + s[j] + f[j])
+            out[j] = m
+        return out
+
+    def row_means(self, key: str, n: int) -> np.ndarray:
+        """(n, k_max) E[a_j] for rows [0, n)."""
+        g = self.proposer_means(key)[None]                                       # (1, k_max)
+        s, f = self.rows_s[:n], self.rows_f[:n]
+        return (ROW_PRIOR_N * g + s) / (ROW_PRIOR_N + s + f)
+
+    def expected_tokens(self, key: str, remaining: list[int]) -> np.ndarray:
+        """(k_max + 1,) sum over rows of E[tokens emitted this round] for k = 0..k_max."""
+        n = len(remaining)
+        a = self.row_means(key, n)                                               # (n, k_max)
+        p = np.concatenate([np.ones((n, 1)), np.cumprod(a, axis=1)], axis=1)     # (n, k_max+1)
+        r = np.asarray(remaining)[:, None]
+        p = np.where(np.arange(self.k_max + 1)[None] <= r - 1, p, 0.0)          # cap at r tokens
+        return np.cumsum(p, axis=1).sum(axis=0)
+
+    # ---- updates ------------------------------------------------------------------------------
+    def observe(self, key: str, num_draft: list[int], accepted: list[int]) -> None:
+        gs, gf = self._key(key)
+        if not any(nd > 0 for nd in num_draft):
+            self.idle(key, len(num_draft))
+            return
+        gs *= PROPOSER_DECAY
+        gf *= PROPOSER_DECAY
+        for b, (nd, m) in enumerate(zip(num_draft, accepted)):
+            if nd <= 0:
+                continue
+            self.rows_s[b] *= ROW_DECAY
+            self.rows_f[b] *= ROW_DECAY
+            self.rows_s[b, :m] += 1
+            gs[:m] += 1
+            if m < nd and m < self.k_max:
+                self.rows_f[b, m] += 1
+                gf[m] += 1
+
+    def idle(self, key: str, n: int) -> None:
+        """A round without drafting: let the evidence relax toward the prior."""
+        gs, gf = self._key(key)
+        gs *= IDLE_DECAY
+        gf *= IDLE_DECAY
+        self.rows_s[:n] *= IDLE_DECAY
+        self.rows_f[:n] *= IDLE_DECAY

@@ -1,0 +1,118 @@
+"""`k="auto"`: each round, draft the k that maximises expected tokens per second.
+
+    k* = argmax_{k in 0..k_max}  sum_rows E[tokens | a_row, k]  /  T(b, k)
+    T(b, k) = t_target(b, k+1, L) + k * t_draft(b, L) + overhead(b, k)
+
+- E[tokens | a, k] comes from per-position Beta posteriors per request and per proposer
+  (acceptance.py), capped by each request's remaining max_new_tokens.
+- t_target and t_draft come from the measured cost model (analysis/cost_model.py), at
+  the batch's longest cache length L; `ensure(b)` measures a batch size on first use.
+- overhead(b, k) = a_b + c_b * k is what the step really costs beyond the cost model
+  (verification, sampling, the proposer's Python, a draft-free proposer's work): a
+  ridge least-squares fit of the measured step time's residual, exponentially weighted
+  per batch size. Steps that admitted requests (prefill) or measured the cost model
+  are left out of the fit.
+- k = 0 is plain decoding. After k = 0 the estimates relax toward an optimistic prior
+  (acceptance.py), so the policy tries drafting again when the relaxed estimate pays.
+
+Rows. The engine verifies a dense (B, k+1) block, so once the batch drafts k, capping a
+row below k saves no target compute and only forgoes tokens: the batch k maximises the
+sum over rows, and `row_caps()` is None. (With ragged verification a per-row cap would
+pay; the row estimates are already there.)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..analysis.cost_model import CostModel
+from .acceptance import AcceptanceTracker
+
+FIT_DECAY = 0.95      # per observed step (~20 steps) in the overhead fit
+FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind each overhead coefficient
+
+
+class StepOverhead:
+    """residual(b, k) ~ a_b + c_b * k, fitted online by exponentially weighted ridge regression."""
+
+    def __init__(self):
+        self.sums: dict[int, np.ndarray] = {}      # b -> [n, Sk, Skk, Sr, Skr]
+
+    def observe(self, b: int, k: int, residual: float) -> None:
+        s = self.sums.setdefault(b, np.zeros(5))
+        s *= FIT_DECAY
+        s += (1.0, k, k * k, residual, k * residual)
+
+    def predict(self, b: int, ks: np.ndarray) -> np.ndarray:
+        s = self.sums.get(b)
+        if s is None:
+            return np.zeros(len(ks))
+        n, sk, skk, sr, skr = s
+        A = np.array([[n + FIT_RIDGE, sk], [sk, skk + FIT_RIDGE]])
+        a, c = np.linalg.solve(A, np.array([sr, skr]))
+        return a + c * ks
+
+
+class AdaptiveK:
+    name = "auto"
+
+    def __init__(self, spec, proposer, target, cost_model: CostModel | None = None):
+        cap = getattr(proposer, "max_k", None)
+        self.k_max = 0 if getattr(proposer, "name", "") == "none" else min(spec.k_max, cap or spec.k_max)
+        self.proposer = proposer
+        if cost_model is None:
+            cost_model = CostModel.load_or_measure(target, proposer, quick=True, k_max=max(self.k_max, 1))
+        self.cost = cost_model
+        self.acc = AcceptanceTracker(max(self.k_max, 1))
+        self.overhead = StepOverhead()
+        self._skip_fit = False
+        self._pred: np.ndarray | None = None       # model step times for k = 0..k_max, this step
+        self.last_choice: dict = {}                # for inspection: tokens, times, rate by k
+
+    # ---- the decision ---------------------------------------------------------------------
+    def step_times(self, b: int, L: int, key: str) -> np.ndarray:
+        """(k_max+1,) modelled seconds of a round drafting k = 0..k_max, before overhead."""
+        td = self.cost.t_draft(key, b, L)
+        return np.array([self.cost.t_target(b, k + 1, L) + k * td for k in range(self.k_max + 1)])
+
+    def choose(self, batch) -> int:
+        b = len(batch)
+        if self.k_max == 0 or b == 0:
+            return 0
+        if self.cost.ensure(b):
+            self._skip_fit = True
+        key = self.proposer.cost_key()
+        L = max(len(s.token_ids) for s in batch)
+        remaining = [max(1, s.params.max_new_tokens - s.num_output) for s in batch]
+        tokens = self.acc.expected_tokens(key, remaining)                          # (k_max+1,)
+        ks = np.arange(self.k_max + 1)
+        self._pred = self.step_times(b, L, key)
+        times = self._pred + self.overhead.predict(b, ks)
+        times = np.maximum(times, 0.5 * self._pred)                   # a bad fit never zeroes cost
+        rate = tokens / times
+        k = int(np.argmax(rate))                                      # ties go to the smaller k
+        self.last_choice = {"b": b, "L": L, "tokens": tokens.tolist(), "times": times.tolist(), "k": k}
+        return k
+
+    def row_caps(self):
+        return None
+
+    # ---- lifecycle and learning ------------------------------------------------------------
+    def start(self, row, seq):
+        self.acc.start(row)
+        self._skip_fit = True            # this step's time includes a prefill
+
+    def finish(self, row):
+        pass
+
+    def move_row(self, src, dst):
+        self.acc.move_row(src, dst)
+
+    def observe(self, batch, k, num_draft, accepted, dt):
+        if self.k_max == 0:
+            return
+        self.acc.observe(self.proposer.cost_key(), list(num_draft), list(accepted))
+        if self._pred is not None and not self._skip_fit:
+            pred = float(self._pred[k])
+            self.overhead.observe(len(batch), k, float(np.clip(dt - pred, -0.5 * pred, 2.0 * pred)))
+        self._skip_fit = False
+        self._pred = None
