@@ -1,0 +1,184 @@
+"""Measure speculative decoding against plain decoding over a grid of cells.
+
+A cell is (workload, k, batch, temperature). Cells sharing (workload, batch, temperature)
+form a block: the same prompts are decoded plainly and with every k, in groups of `batch`
+prompts, alternating the order (plain, k1, k2, ... then reversed) from group to group so
+that drift in machine speed hits both sides alike. Throughput counts only decode steps:
+the first step (prefill plus one round) is excluded, as it is the same work for both.
+The cell's speed-up is the median over groups of the paired ratio spec / plain.
+
+Collected per cell: per-position acceptance counts, accepted length of every round,
+per-prompt alpha, tokens per target step, and, for greedy cells, whether every output
+was identical to plain decoding.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import product
+
+from ..config import EngineConfig, SamplingParams
+from ..engine.build import Models, make_engine
+from .predict import fit_alpha
+
+
+@dataclass(frozen=True)
+class Cell:
+    workload: str
+    k: int
+    batch: int
+    temperature: float
+
+
+@dataclass
+class Plan:
+    """What to run. `prompts[workload]` holds enough prompts for the largest block."""
+    cells: list[Cell]
+    prompts: dict[str, list[list[int]]]
+    groups: int = 3                   # repeats per cell (each on different prompts)
+    max_new_tokens: int = 32
+    warmup_tokens: int = 6
+
+    def blocks(self) -> dict[tuple[str, int, float], list[int]]:
+        """(workload, batch, temperature) -> sorted ks."""
+        out: dict[tuple[str, int, float], list[int]] = {}
+        for c in self.cells:
+            out.setdefault((c.workload, c.batch, c.temperature), []).append(c.k)
+        return {key: sorted(set(ks)) for key, ks in out.items()}
+
+    def num_runs(self) -> int:
+        return sum(self.groups * (1 + len(ks)) for ks in self.blocks().values())
+
+
+def plan_cells(workloads, ks, batch_sizes, temperatures, full: bool = False,
+               sweep_workloads=None) -> list[Cell]:
+    """The grid. full: every combination. Otherwise a star around (batch 1, temperatures[0]):
+    every workload and k there, plus, for `sweep_workloads` (default: all), the temperature
+    sweep at batch 1 and the batch sweep at temperatures[0]."""
+    if full:
+        return [Cell(w, k, b, t) for w, k, b, t in product(workloads, ks, batch_sizes, temperatures)]
+    sweep = list(sweep_workloads) if sweep_workloads is not None else list(workloads)
+    t0 = temperatures[0]
+    cells = [Cell(w, k, 1, t0) for w, k in product(workloads, ks)]
+    cells += [Cell(w, k, 1, t) for w, k, t in product(sweep, ks, temperatures[1:])]
+    cells += [Cell(w, k, b, t0) for w, k, b in product(sweep, ks, batch_sizes) if b != 1]
+    return list(dict.fromkeys(cells))
+
+
+@dataclass
+class Run:
+    tok_s: float                       # decode tokens per second (first step excluded)
+    step_s: float                      # median seconds per decode step
+    outputs: list[list[int]]
+    stats: list                        # SeqStats of each sequence
+
+
+def timed_run(models: Models, spec, prompts: list[list[int]], params: list[SamplingParams],
+              max_len: int, device: str = "cpu") -> Run:
+    """Decode `prompts` as one batch; time every step after the first."""
+    engine = make_engine(models, spec, EngineConfig(max_batch=len(prompts), max_model_len=max_len,
+                                                    device=device))
+    seqs = [engine.add_request(p, sp) for p, sp in zip(prompts, params)]
+    engine.step()                                             # prefill all rows + one round
+    n0 = sum(s.num_output for s in seqs)
+    times = []
+    while engine.has_unfinished():
+        t0 = time.perf_counter()
+        engine.step()
+        times.append(time.perf_counter() - t0)
+    engine.collect_finished()
+    n = sum(s.num_output for s in seqs) - n0
+    dt = sum(times)
+    return Run(n / dt if dt > 0 else 0.0, statistics.median(times) if times else 0.0,
+               [s.output_ids for s in seqs], [s.stats for s in seqs])
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    plain_tok_s: list[float] = field(default_factory=list)
+    spec_tok_s: list[float] = field(default_factory=list)
+    plain_step_s: list[float] = field(default_factory=list)
+    spec_step_s: list[float] = field(default_factory=list)
+    accepted_lengths: list[int] = field(default_factory=list)
+    accepted_per_pos: list[int] = field(default_factory=list)
+    prompt_alphas: list[float] = field(default_factory=list)
+    identical: bool | None = None
+
+    def add(self, plain: Run, spec: Run) -> None:
+        self.plain_tok_s.append(plain.tok_s)
+        self.spec_tok_s.append(spec.tok_s)
+        self.plain_step_s.append(plain.step_s)
+        self.spec_step_s.append(spec.step_s)
+        for st in spec.stats:
+            self.accepted_lengths += st.accepted_lengths
+            if len(self.accepted_per_pos) < len(st.accepted_per_pos):
+                self.accepted_per_pos += [0] * (len(st.accepted_per_pos) - len(self.accepted_per_pos))
+            for j, a in enumerate(st.accepted_per_pos):
+                self.accepted_per_pos[j] += a
+            if st.accepted_lengths:
+                self.prompt_alphas.append(fit_alpha(st.accepted_lengths, self.cell.k))
+        if self.cell.temperature == 0:
+            same = plain.outputs == spec.outputs
+            self.identical = same if self.identical is None else (self.identical and same)
+
+    def as_dict(self) -> dict:
+        c, L = self.cell, self.accepted_lengths
+        drafts, acc = len(L), sum(L)
+        ratios = [s / p for s, p in zip(self.spec_tok_s, self.plain_tok_s) if p > 0]
+        return {
+            "workload": c.workload, "k": c.k, "batch": c.batch, "temperature": c.temperature,
+            "groups": len(ratios),
+            "speedup": statistics.median(ratios) if ratios else 0.0, "speedups": ratios,
+            "plain_tok_s": statistics.median(self.plain_tok_s) if self.plain_tok_s else 0.0,
+            "spec_tok_s": statistics.median(self.spec_tok_s) if self.spec_tok_s else 0.0,
+            "plain_step_s": statistics.median(self.plain_step_s) if self.plain_step_s else 0.0,
+            "spec_step_s": statistics.median(self.spec_step_s) if self.spec_step_s else 0.0,
+            "drafts": drafts, "accepted_tokens": acc,
+            "alpha": fit_alpha(L, c.k),
+            "acceptance_rate": acc / (drafts * c.k) if drafts and c.k else 0.0,
+            "tokens_per_step": 1 + acc / drafts if drafts else 1.0,
+            "accepted_per_pos": self.accepted_per_pos,
+            "accepted_length_hist": {str(n): m for n, m in sorted(Counter(L).items())},
+            "prompt_alphas": self.prompt_alphas,
+            "identical_to_plain": self.identical,
+        }
+
+
+def _group_prompts(prompts: list[list[int]], g: int, b: int) -> list[list[int]]:
+    """Prompts of group g (wrapping around if the workload has fewer than needed)."""
+    return [prompts[(g * b + i) % len(prompts)] for i in range(b)]
+
+
+def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
+             on_run=None) -> list[CellResult]:
+    """Run every block of `plan`. `spec_for_k(k)` gives the SpecConfig (k = 0: plain).
+    `on_run(description)` is called after each decode run (for progress bars)."""
+    results: dict[Cell, CellResult] = {}
+    warmed: set[int] = set()
+    for (w, b, temp), ks in plan.blocks().items():
+        prompts = plan.prompts[w]
+        longest = max(len(p) for p in prompts)
+        max_len = min(longest + plan.max_new_tokens + 8, models.target.config.max_position_embeddings)
+        if b not in warmed:  # first calls at a new batch shape pay one-off costs
+            warm = _group_prompts(prompts, 0, b)
+            wp = [SamplingParams(max_new_tokens=plan.warmup_tokens, ignore_eos=True)] * b
+            for k in [0] + ks:
+                timed_run(models, spec_for_k(k), warm, wp, max_len, device)
+            warmed.add(b)
+        for g in range(plan.groups):
+            group = _group_prompts(prompts, g, b)
+            params = [SamplingParams(temperature=temp, seed=10_000 * g + i, max_new_tokens=plan.max_new_tokens,
+                                     ignore_eos=True) for i in range(b)]
+            order = [0] + ks if g % 2 == 0 else ks[::-1] + [0]
+            runs = {}
+            for k in order:
+                runs[k] = timed_run(models, spec_for_k(k), group, params, max_len, device)
+                if on_run:
+                    on_run(f"{w} b={b} T={temp:g} " + (f"k={k}" if k else "plain"))
+            for k in ks:
+                cell = Cell(w, k, b, temp)
+                results.setdefault(cell, CellResult(cell)).add(runs[0], runs[k])
+    return [results[c] for c in plan.cells if c in results]

@@ -1,0 +1,152 @@
+"""Predicting the speed-up of speculative decoding from acceptance and measured costs.
+
+Leviathan et al. (2023): if each draft token is accepted independently with probability
+alpha, a round that drafts k tokens yields on average
+
+    E[tokens per round] = (1 - alpha^(k+1)) / (1 - alpha)
+
+target tokens. Their per-round cost k*c + 1 (in units of one target step) is replaced here
+by measured times: t_target(b, k+1) + k * t_draft(b), so
+
+    speed-up(b, k) = E[tokens per round] * t_target(b, 1) / (t_target(b, k+1) + k * t_draft(b)).
+
+The i.i.d. assumption fails when acceptance falls with draft position or differs between
+prompts; `expected_tokens_positional` and `expected_tokens_mixture` are the better estimates.
+Everything here is pure arithmetic on numbers measured elsewhere.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Leviathan's expected tokens per round: (1 - alpha^(k+1)) / (1 - alpha), in [1, k+1]."""
+    if k <= 0:
+        return 1.0
+    alpha = min(max(alpha, 0.0), 1.0)
+    if alpha >= 1.0 - 1e-12:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_tokens_positional(cond_alphas: Sequence[float], k: int) -> float:
+    """1 + sum_j prod_{i<=j} alpha_i: the expectation when acceptance depends on position.
+
+    `cond_alphas[j]` is P(draft j+1 accepted | drafts 1..j accepted). Only the first k count;
+    asking for more positions than were measured raises ValueError.
+    """
+    if k > len(cond_alphas):
+        raise ValueError(f"only {len(cond_alphas)} positions measured, asked for k={k}")
+    total, reach = 1.0, 1.0
+    for a in cond_alphas[:k]:
+        reach *= a
+        total += reach
+    return total
+
+
+def expected_tokens_mixture(alphas: Sequence[float], k: int, weights: Sequence[float] | None = None) -> float:
+    """The i.i.d. formula averaged over prompts, each with its own alpha (Jensen-aware)."""
+    if not alphas:
+        raise ValueError("no per-prompt alphas")
+    w = list(weights) if weights is not None else [1.0] * len(alphas)
+    return sum(wi * expected_tokens(a, k) for a, wi in zip(alphas, w)) / sum(w)
+
+
+def expected_tokens_empirical(accepted_lengths: Sequence[int], k: int) -> float:
+    """E[min(L, k)] + 1 over measured accepted lengths L (from rounds that drafted >= k)."""
+    if not accepted_lengths:
+        raise ValueError("no accepted lengths")
+    return 1.0 + sum(min(n, k) for n in accepted_lengths) / len(accepted_lengths)
+
+
+def fit_alpha(accepted_lengths: Sequence[int], k: int) -> float:
+    """Maximum-likelihood i.i.d. alpha from accepted counts of rounds that drafted k tokens.
+
+    Each round is a truncated geometric: n accepts, then one rejection unless n == k, so
+    alpha = accepted / (accepted + rejections). This is not vLLM's acceptance rate
+    (accepted / drafted), which is biased low because positions after a rejection are
+    never tried.
+    """
+    acc = sum(accepted_lengths)
+    rej = sum(1 for n in accepted_lengths if n < k)
+    return acc / (acc + rej) if acc + rej else 0.0
+
+
+def conditional_alphas(accepted_per_pos: Sequence[int], drafts: int) -> list[float]:
+    """Per-position acceptance P(j accepted | 1..j-1 accepted) from vLLM's per-position counts."""
+    out, prev = [], drafts
+    for a in accepted_per_pos:
+        out.append(a / prev if prev else 0.0)
+        prev = a
+    return out
+
+
+def round_cost(t_target: Callable[[int, int], float], t_draft: Callable[[int], float], b: int, k: int) -> float:
+    """Seconds for one round at batch b: one verify forward over k+1 positions plus k draft steps."""
+    return t_target(b, k + 1) + k * t_draft(b)
+
+
+def cost_ratio(t_target, t_draft, b: int, k: int) -> float:
+    """Round cost in units of one plain decoding step at the same batch size."""
+    return round_cost(t_target, t_draft, b, k) / t_target(b, 1)
+
+
+def speedup(tokens_per_round: float, ratio: float) -> float:
+    """Speed-up over plain decoding: tokens per round divided by the round's relative cost."""
+    return tokens_per_round / ratio
+
+
+def predicted_speedup(alpha: float, k: int, ratio: float) -> float:
+    return speedup(expected_tokens(alpha, k), ratio)
+
+
+def break_even_alpha(k: int, ratio: float, tol: float = 1e-9) -> float | None:
+    """Smallest alpha at which speculation with k drafts pays (speed-up >= 1).
+
+    Returns 0.0 when even alpha = 0 pays (ratio <= 1), None when nothing pays (ratio > k+1,
+    the most a round can yield). Bisection: expected_tokens is increasing in alpha.
+    """
+    if ratio <= 1.0:
+        return 0.0
+    if ratio > k + 1:
+        return None
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if expected_tokens(mid, k) >= ratio:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def best_k(tokens_for_k: Callable[[int], float], ratio_for_k: Callable[[int], float],
+           ks: Sequence[int]) -> tuple[int, float]:
+    """(k, speed-up) maximising predicted speed-up over `ks`; k = 0 (plain, 1.0x) if none beats it."""
+    best = (0, 1.0)
+    for k in ks:
+        s = speedup(tokens_for_k(k), ratio_for_k(k))
+        if s > best[1]:
+            best = (k, s)
+    return best
+
+
+def crossover(xs: Sequence[float], ys: Sequence[float], level: float = 1.0) -> float | None:
+    """First x where the piecewise-linear curve (xs, ys) falls below `level`, interpolated.
+
+    None if it never does. If it starts below, returns xs[0].
+    """
+    pts = sorted(zip(xs, ys))
+    if not pts:
+        return None
+    if pts[0][1] < level:
+        return pts[0][0]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if y1 < level <= y0:
+            return x0 + (y0 - level) / (y0 - y1) * (x1 - x0)
+    return None
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured."""
+    return (predicted - measured) / measured if measured else float("inf")

@@ -1,0 +1,124 @@
+"""Write the analysis to --out: results.json, report.md, report.html and plots/*.png.
+
+The report opens with the plain-words verdict, then the regime table (regime | acceptance |
+tokens per target step | speed-up), prediction errors, where the i.i.d. formula misleads,
+break-even acceptance, the best k per regime, every measured cell, the costs and the plots.
+All numbers are read from the summary dict built by `summarize.py`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .plots import all_plots
+from .render import to_html, to_markdown
+
+CAPTIONS = {
+    "speedup_vs_alpha": "Speed-up against acceptance α at batch 1: theory curves for k = 1..8 using the "
+                        "measured costs, and the measured cells (colour = k, marker = workload).",
+    "speedup_vs_batch": "Speed-up against batch size: measured (solid) and predicted (dashed). "
+                        "Where the curves cross 1, speculation stops paying.",
+    "acceptance_by_position": "Acceptance by draft position. A falling curve means the i.i.d. formula "
+                              "overestimates long drafts.",
+    "tokens_per_round": "Histogram of tokens gained per verification round.",
+    "cost_curve": "The verification cost curve t(b, q) / t(1, 1).",
+}
+
+
+def _f(x, fmt="{:.2f}", none="—"):
+    return none if x is None else fmt.format(x)
+
+
+def _pct(x):
+    return _f(None if x is None else 100 * x, "{:+.0f}%")
+
+
+def _cell_name(c):
+    return f"`{c['workload']}`, b={c['batch']}, T={c['temperature']:g}, k={c['k']}"
+
+
+def build_blocks(summary: dict, meta: dict) -> list:
+    cells, err = summary["cells"], summary["errors"]
+    B = [("h", 1, f"Does speculation pay? {summary['method']}"),
+         ("p", summary["verdict"], "verdict"),
+         ("p", f"Target `{meta['target']}`; proposer: {summary['method']}. {meta['when']}, device {meta['device']}, "
+               f"{meta['threads']} threads. {meta['groups']} repeats per cell (different prompts, alternating "
+               f"plain/speculative order), {meta['max_new_tokens']} new tokens per prompt; costs: "
+               f"{summary['cost_table']['source']}. Wall time {meta['wall_s']:.0f} s.")]
+    B += [("h", 2, "Regimes"),
+          ("table", ["regime", "cell", "acceptance α", "tokens per target step", "speed-up, measured",
+                     "predicted"],
+           [[r["regime"], _cell_name(r["cell"]), _f(r["cell"]["alpha"]), _f(r["cell"]["tokens_per_step"]),
+             _f(r["cell"]["speedup"], "{:.2f}×"), _f(r["cell"]["pred_positional"], "{:.2f}×")]
+            for r in summary["regimes"]])]
+    B += [("h", 2, "How good are the predictions?"),
+          ("p", f"Median absolute error over {err['cells']} cells: **{_pct(err['median_abs_err_positional'])}** "
+                f"with per-position acceptance (held-out k only: {_pct(err['median_abs_err_positional_held_out'])}), "
+                f"{_pct(err['median_abs_err_iid'])} with Leviathan's i.i.d. formula. Both use the measured "
+                f"round cost t_target(b, k+1) + k·t_draft(b). Greedy outputs identical to plain decoding: "
+                f"**{'yes' if err['greedy_identical'] else 'NO'}** in {err['greedy_cells_checked']} cells.")]
+    if err["cells_over_10pct"]:
+        B.append(("table", ["cell", "measured", "predicted", "why"],
+                  [[_cell_name(c), _f(c["speedup"], "{:.2f}×"), _f(c["pred_positional"], "{:.2f}×"), c["why"]]
+                   for c in err["cells_over_10pct"]]))
+    B.append(("h", 2, "Where the i.i.d. formula misleads"))
+    if err["iid_misleads"]:
+        B += [("p", "Cells where (1 − α^(k+1))/(1 − α) with one pooled α misses the measured tokens per round "
+                    "by more than 10%. Acceptance varies by position (see the plot) or by prompt; the "
+                    "per-position product and the per-prompt mixture are the better estimates."),
+              ("table", ["cell", "measured tokens/step", "i.i.d.", "per-prompt mixture"],
+               [[_cell_name(c), _f(c["tokens_per_step"]), _f(c["tokens_iid"]), _f(c["tokens_mixture"])]
+                for c in err["iid_misleads"]])]
+    else:
+        B.append(("p", "In every cell the i.i.d. formula with the fitted α is within 10% of the measured "
+                       "tokens per round."))
+    ks = sorted({k for row in summary["break_even"].values() for k in row})
+    B += [("h", 2, "Break-even acceptance"),
+          ("p", "The smallest α at which k drafts pay, from the measured costs (— : no α pays)."),
+          ("table", ["batch"] + [f"k={k}" for k in ks],
+           [[b] + [_f(row[k]) for k in ks] for b, row in summary["break_even"].items()])]
+    B += [("h", 2, "Best k per regime"),
+          ("table", ["regime", "measured best k (of those run)", "predicted, i.i.d.", "predicted, per-position"],
+           [[r["regime"], _measured_best(cells, r["cell"]),
+             f"k={r['best_k']['iid'][0]} ({r['best_k']['iid'][1]:.2f}×)",
+             f"k={r['best_k']['positional'][0]} ({r['best_k']['positional'][1]:.2f}×)"] for r in summary["regimes"]])]
+    B += [("h", 2, "Every cell"),
+          ("table", ["workload", "k", "batch", "T", "α", "accept rate", "tokens/step", "speed-up",
+                     "pred. i.i.d.", "pred. per-position", "error", "identical"],
+           [[c["workload"], c["k"], c["batch"], f"{c['temperature']:g}", _f(c["alpha"]),
+             _f(c["acceptance_rate"]), _f(c["tokens_per_step"]), _f(c["speedup"], "{:.2f}×"),
+             _f(c["pred_iid"], "{:.2f}×"), _f(c["pred_positional"], "{:.2f}×"), _pct(c["err_positional"]),
+             {True: "yes", False: "NO", None: "n/a"}[c["identical_to_plain"]]] for c in cells])]
+    tab = summary["cost_table"]
+    t11 = tab["t_s"][0][0]
+    B += [("h", 2, "Costs"),
+          ("p", "Draft cost ratio c = t_draft / t_target: " + ", ".join(
+              f"{_f(c)} at batch {b}" for b, c in summary["draft_cost_ratio"].items())
+           + f". t(1, 1) = {t11 * 1e3:.2f} ms. Table: t(b, q) / t(1, 1)."),
+          ("table", ["batch"] + [f"q={q}" for q in tab["q"]],
+           [[b] + [_f(t / t11) for t in row] for b, row in zip(tab["b"], tab["t_s"])])]
+    B.append(("h", 2, "Plots"))
+    B += [("img", name, cap) for name, cap in CAPTIONS.items()]
+    return B
+
+
+def _measured_best(cells, ref):
+    same = [c for c in cells if (c["workload"], c["batch"], c["temperature"]) ==
+            (ref["workload"], ref["batch"], ref["temperature"])]
+    top = max(same, key=lambda c: c["speedup"])
+    return f"k={top['k']} ({top['speedup']:.2f}×)"
+
+
+def write_report(out: Path, summary: dict, costs, meta: dict) -> dict[str, Path]:
+    """Write everything into `out`; return the paths written."""
+    out = Path(out)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    images = all_plots(summary, costs)
+    for name, png in images.items():
+        (out / "plots" / f"{name}.png").write_bytes(png)
+    blocks = build_blocks(summary, meta)
+    paths = {"json": out / "results.json", "md": out / "report.md", "html": out / "report.html"}
+    paths["json"].write_text(json.dumps({"meta": meta, **summary}, indent=1, default=str), encoding="utf-8")
+    paths["md"].write_text(to_markdown(blocks), encoding="utf-8")
+    paths["html"].write_text(to_html(blocks, images, f"specdec analyze: {summary['method']}"), encoding="utf-8")
+    return paths

@@ -1,0 +1,98 @@
+"""One `specdec analyze` session: plan the grid, measure costs, decode, summarize, report.
+
+The command line (commands/analyze.py) loads the models and prompts and hands them here;
+this module only uses the engine's public API (`make_engine`, `Engine.step`, per-request
+stats), the cost model and the analysis modules.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as _Rich, TextColumn, TimeElapsedColumn
+
+from ..config import EngineConfig
+from ..engine.build import make_engine
+from .costs import load_costs
+from .measure import Plan, plan_cells, run_plan
+from .report import write_report
+from .summarize import summarize
+
+
+class Progress:
+    """Rich progress bars on stderr (or nothing, when disabled)."""
+
+    def __init__(self, disabled: bool = False):
+        self.console = Console(stderr=True)
+        self._p = _Rich(TextColumn("[bold]{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("{task.fields[detail]}"), console=self.console,
+                        disable=disabled)
+        self.disabled = disabled
+
+    def __enter__(self):
+        self._p.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._p.__exit__(*exc)
+
+    def add(self, description: str, total: float):
+        return self._p.add_task(description, total=total, detail="")
+
+    def update(self, task, **kw):
+        self._p.update(task, **kw)
+
+    def note(self, text: str) -> None:
+        if not self.disabled:
+            self.console.log(text)
+
+
+def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, method: str, out: Path,
+            bars: Progress, full: bool = False, quick: bool = False, device: str = "cpu",
+            threads: int | None = None) -> dict[str, Path]:
+    """Run the whole analysis with settings `s` (k, batch_sizes, temperatures, repeats,
+    max_new_tokens, prompt_tokens) and write the report into `out`. Returns the paths."""
+    t_start = time.perf_counter()
+    names = list(prompts)
+    sweep = ([w for w in names if w == "code"] or names[:1]) if quick else names
+    cells = plan_cells(names, s["k"], s["batch_sizes"], s["temperatures"], full=full, sweep_workloads=sweep)
+    plan = Plan(cells, prompts, groups=s["repeats"], max_new_tokens=s["max_new_tokens"])
+    k_top = max(s["k"])
+    probe = make_engine(models, spec_for_k(k_top), EngineConfig(max_batch=1, max_model_len=64, device=device))
+    key = probe.proposer.cost_key()
+    del probe
+
+    task = bars.add("measuring step costs t(b, q)", total=100)
+    costs = load_costs(models.target, models.draft if probe_is_draft(key) else None, proposer_key=key,
+                       batch_sizes=s["batch_sizes"], q_max=k_top + 1,
+                       context=s["prompt_tokens"] + s["max_new_tokens"] // 2, device=device, threads=threads,
+                       quick=quick, on_progress=lambda f: bars.update(task, completed=100 * f))
+    bars.update(task, completed=100)
+
+    task = bars.add("decoding: plain vs speculative", total=plan.num_runs())
+    results = run_plan(models, plan, spec_for_k, device=device,
+                       on_run=lambda d: bars.update(task, advance=1, detail=d))
+
+    task = bars.add("predicting and writing the report", total=2)
+    summary = summarize([r.as_dict() for r in results], costs, method, s["batch_sizes"], s["temperatures"],
+                        q_max=k_top + 1)
+    bars.update(task, advance=1)
+    meta = {"target": str(models.target_path), "draft": str(models.draft_path) if models.draft_path else None,
+            "device": device, "threads": torch.get_num_threads(), "groups": plan.groups,
+            "max_new_tokens": plan.max_new_tokens, "prompt_tokens": s["prompt_tokens"],
+            "settings": s, "workloads": names, "grid": "full" if full else "star", "quick": quick,
+            "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+            "wall_s": time.perf_counter() - t_start}
+    paths = write_report(out, summary, costs, meta)
+    bars.update(task, advance=1)
+    return paths
+
+
+def probe_is_draft(key: str) -> bool:
+    """The draft-model proposer's cost key starts with "draft" (see proposers/draft_model.py)."""
+    return key.startswith("draft")

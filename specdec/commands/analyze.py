@@ -1,0 +1,136 @@
+"""`specdec analyze`: measure and predict when speculative decoding pays off, and report it.
+
+    specdec analyze --quick --out report/          # bundled models, all workloads, ~3 minutes
+
+Runs plain and speculative decoding side by side over (workload, k, batch, temperature),
+fits acceptance, predicts the speed-up from measured step costs, and writes results.json,
+report.md and a self-contained report.html (see analysis/report.py).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..analysis.workloads import WORKLOADS, load_workload
+from ..defaults import default_draft, default_target
+from ..errors import ConfigError
+from .common import add_method_args, spec_from_args
+
+QUICK = dict(k=[1, 3, 6], batch_sizes=[1, 4, 16], temperatures=[0.0, 0.7, 1.0, 1.5], repeats=3,
+             max_new_tokens=32, prompt_tokens=64)
+FULL = dict(k=[1, 2, 3, 4, 6, 8], batch_sizes=[1, 2, 4, 8, 16, 32], temperatures=[0.0, 0.7, 1.0, 1.5],
+            repeats=5, max_new_tokens=64, prompt_tokens=128)
+
+
+def _list(kind):
+    def parse(text: str):
+        try:
+            vals = [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}")
+        if not vals:
+            raise argparse.ArgumentTypeError("empty list")
+        return vals
+    return parse
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("analyze", conflict_handler="resolve",
+                       help="measure and predict when speculative decoding pays off; write a report")
+    p.add_argument("--target", type=Path, help="target checkpoint dir (default: bundled target)")
+    p.add_argument("--draft", type=Path, help="draft checkpoint dir (default: bundled draft when "
+                                              "--target is not given)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--workload", choices=list(WORKLOADS) + ["all"], default="all")
+    src.add_argument("--prompts", type=Path, help="JSONL file, one {\"prompt\": ...} per line")
+    add_method_args(p)  # --method and proposer options; --k is redefined below as a list
+    p.add_argument("--k", type=_list(int), help="draft lengths to measure, e.g. 1,2,4,8")
+    p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
+    p.add_argument("--temperatures", type=_list(float), help="e.g. 0,0.7,1,1.5 (the first is the base)")
+    p.add_argument("--quick", action="store_true", help="small grid that finishes in about 3 minutes")
+    p.add_argument("--grid", choices=["star", "full"], default="star",
+                   help="star: every workload/k at batch 1, sweeps around it (default); full: every combination")
+    p.add_argument("--repeats", type=int, help="repeats per cell, each on different prompts")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--prompt-tokens", type=int, help="prompt length for code/prose/random")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--out", type=Path, default=Path("specdec-analysis"), help="output directory")
+    _add_remote_args(p)
+    p.set_defaults(func=run)
+
+
+def _add_remote_args(p) -> None:
+    try:
+        from ..analysis.remote import add_remote_args
+    except ModuleNotFoundError as e:
+        if e.name != "specdec.analysis.remote":
+            raise
+        p.add_argument("--endpoint", help="(unavailable: specdec/analysis/remote.py is not in this build)")
+        p.add_argument("--emit-vllm-config", help="(unavailable: specdec/analysis/remote.py is not in this build)")
+        return
+    add_remote_args(p)
+
+
+def _settings(args) -> dict:
+    base = QUICK if args.quick else FULL
+    s = {key: getattr(args, key) if getattr(args, key) is not None else val for key, val in base.items()}
+    s["k"] = sorted(set(s["k"]))
+    s["batch_sizes"] = sorted(set(s["batch_sizes"]))
+    if any(k < 1 or k > 16 for k in s["k"]):
+        raise ConfigError("--k values must be in 1..16")
+    if any(b < 1 for b in s["batch_sizes"]):
+        raise ConfigError("--batch-sizes must be >= 1")
+    if any(t < 0 for t in s["temperatures"]):
+        raise ConfigError("--temperatures must be >= 0")
+    if s["repeats"] < 1 or s["max_new_tokens"] < 4 or s["prompt_tokens"] < 4:
+        raise ConfigError("--repeats must be >= 1, --max-new-tokens and --prompt-tokens >= 4")
+    return s
+
+
+def _prompts(args, tokenizer, names, n, prompt_tokens) -> dict[str, list[list[int]]]:
+    if args.prompts:
+        from .generate import read_prompts
+        texts = read_prompts(argparse.Namespace(prompt=None, prompt_file=None, batch_file=args.prompts))
+        return {args.prompts.stem: [tokenizer.encode(t) for t in texts]}
+    return {w: load_workload(w, tokenizer, n=n, prompt_tokens=prompt_tokens) for w in names}
+
+
+def run(args) -> int:
+    if getattr(args, "endpoint", None) or getattr(args, "emit_vllm_config", None):
+        try:
+            from ..analysis.remote import run_remote
+        except ModuleNotFoundError as e:
+            if e.name != "specdec.analysis.remote":
+                raise
+            raise ConfigError("--endpoint/--emit-vllm-config need specdec/analysis/remote.py, "
+                              "which is not in this build")
+        return run_remote(args)
+    from ..analysis.session import Progress, analyze
+    from ..engine.build import load_models
+
+    s = _settings(args)
+    target = args.target or default_target()
+    draft = args.draft if args.draft or args.target else default_draft()
+    names = list(WORKLOADS) if args.workload == "all" else [args.workload]
+    with Progress(disabled=args.no_progress) as bars:
+        bars.note("loading models and prompts")
+        models = load_models(target, draft, device=args.device, threads=args.threads)
+        spec = spec_from_args(argparse.Namespace(**{**vars(args), "k": max(s["k"])}),
+                              has_draft=models.draft is not None)
+        if spec.method == "none":
+            raise ConfigError("nothing to analyze with method 'none': give --draft DIR or --method NAME")
+        n = s["repeats"] * max(s["batch_sizes"])
+        prompts = _prompts(args, models.tokenizer, names, n, s["prompt_tokens"])
+
+        def spec_for_k(k: int):
+            ns = argparse.Namespace(**{**vars(args), "k": k, "method": "none" if k == 0 else spec.method})
+            return spec_from_args(ns, has_draft=models.draft is not None)
+
+        method = (f"the draft model `{models.draft_path.name}`" if spec.method == "draft"
+                  else f"method `{spec.method}`")
+        paths = analyze(models, prompts, spec_for_k, s, method, args.out, bars,
+                        full=args.grid == "full", quick=args.quick, device=args.device, threads=args.threads)
+    print(f"wrote {paths['html']}, {paths['md']} and {paths['json']}")
+    return 0
