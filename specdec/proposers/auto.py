@@ -1,0 +1,189 @@
+"""`auto`: choose a proposer per request, online, by measured goodput.
+
+Arms: every available sub-proposer (draft when a draft model was given, ngram, suffix,
+layerskip) plus `none` (plain decoding). Each round, every running request (batch row)
+picks one arm; the arms picked by at least one row propose for the whole batch and each
+row keeps its own arm's tokens. After verification, the row's reward is its goodput:
+
+    tokens emitted this round (accepted drafts + the recovered/bonus token) / round time,
+
+where the round time runs from this proposer's `propose` to its `observe` (drafting,
+the target's verify forward and verification). The rule is discounted UCB (Garivier &
+Moulines, 2011) on a ratio estimator, per row:
+
+    every round:   N_a <- g N_a,  S_a <- g S_a,  T_a <- g T_a          (all arms, g = gamma)
+    after arm a:   N_a += 1,      S_a += tokens, T_a += seconds
+    goodput        G_a = S_a / T_a                (tokens per second, as throughput is)
+    choose         argmax_a  G_a + c * max_b G_b * sqrt(log(sum_b N_b) / N_a)
+
+An arm never tried in this request is tried first, unless earlier requests left a prior
+(their goodput, counted as `prior` pulls). Because the counts of an arm not played decay
+geometrically, its exploration bonus grows until it is played again: no arm is abandoned
+for good (it is retried roughly every few times 1/(1-gamma) rounds when clearly worse),
+and a change of regime mid-request is followed within about 1/(1-gamma) rounds. On a
+long stationary request the best arm is played in all but a vanishing share of rounds.
+
+Keeping sub-proposers in step: a sub-proposer that did not propose for a row is told
+that row accepted 0 of its tokens, and every sub-proposer catches up from the
+sequence itself on its next call: the draft model (and layerskip) feed the tokens their
+cache has not seen, ngram and suffix extend their per-row buffers/indexes. Lifecycle
+hooks (start, move_row, finish) are forwarded to all of them.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from ..errors import ConfigError
+from .base import BaseProposer, Draft, NoProposer, create, register
+
+DEFAULT_ARMS = ("draft", "ngram", "suffix", "layerskip", "none")
+
+
+class _Stats:
+    """Discounted pulls, tokens and seconds per arm for one request."""
+    __slots__ = ("n", "tok", "sec")
+
+    def __init__(self, arms: int):
+        self.n, self.tok, self.sec = [0.0] * arms, [0.0] * arms, [0.0] * arms
+
+
+class AutoProposer(BaseProposer):
+    name = "auto"
+
+    def __init__(self, arms: dict, gamma: float = 0.97, c: float = 0.5, prior: float = 1.0,
+                 clock=time.perf_counter):
+        if not arms:
+            raise ConfigError("auto needs at least one proposer to choose from")
+        if not 0 < gamma <= 1 or c < 0 or prior < 0:
+            raise ConfigError(f"auto needs 0 < gamma <= 1, c >= 0, prior >= 0; got {gamma}, {c}, {prior}")
+        self.names = list(arms)
+        self.arms = [arms[n] for n in self.names]
+        self.gamma, self.c, self.prior, self.clock = gamma, c, prior, clock
+        A = len(self.arms)
+        self.rows: dict[int, _Stats] = {}
+        self.glob_tok, self.glob_sec = [0.0] * A, [0.0] * A   # goodput of earlier requests per arm
+        self.chosen: list[int] | None = None
+        self.used: list[int] = []
+        self.t0 = 0.0
+        self.history: list[list[int]] = []                   # arms chosen per round (for analysis)
+
+    # ---- lifecycle, forwarded to every sub-proposer ------------------------------------------
+    def start(self, row, seq):
+        for a in self.arms:
+            a.start(row, seq)
+        st = _Stats(len(self.arms))
+        for i in range(len(self.arms)):
+            if self.glob_sec[i] > 0 and self.prior > 0:
+                g = self.glob_tok[i] / self.glob_sec[i]
+                st.n[i], st.sec[i], st.tok[i] = self.prior, self.prior * 1e-3, self.prior * 1e-3 * g
+        self.rows[row] = st
+
+    def move_row(self, src, dst):
+        for a in self.arms:
+            a.move_row(src, dst)
+        if src in self.rows:
+            self.rows[dst] = self.rows.pop(src)
+
+    def finish(self, row):
+        for a in self.arms:
+            a.finish(row)
+        st = self.rows.pop(row, None)
+        if st is not None:                   # the request's goodput becomes the next requests' prior
+            for i in range(len(self.arms)):
+                if st.sec[i] > 0:
+                    self.glob_tok[i] = 0.5 * self.glob_tok[i] + st.tok[i] / st.sec[i]
+                    self.glob_sec[i] = 0.5 * self.glob_sec[i] + 1.0
+
+    # ---- the bandit --------------------------------------------------------------------------
+    def _stats(self, row) -> _Stats:
+        if row not in self.rows:
+            self.rows[row] = _Stats(len(self.arms))
+        return self.rows[row]
+
+    def choose(self, st: _Stats) -> int:
+        """The arm to play next for a request with statistics `st` (discounted UCB)."""
+        for i, n in enumerate(st.n):
+            if n == 0:
+                return i
+        good = [t / s if s > 0 else 0.0 for t, s in zip(st.tok, st.sec)]
+        scale = max(good) or 1.0
+        log_n = math.log(max(sum(st.n), 1.0 + 1e-9))
+        idx = [g + self.c * scale * math.sqrt(max(log_n, 0.0) / n) for g, n in zip(good, st.n)]
+        return max(range(len(idx)), key=idx.__getitem__)
+
+    def update(self, st: _Stats, arm: int, tokens: float, seconds: float) -> None:
+        g = self.gamma
+        for i in range(len(st.n)):
+            st.n[i] *= g; st.tok[i] *= g; st.sec[i] *= g
+        st.n[arm] += 1.0
+        st.tok[arm] += tokens
+        st.sec[arm] += seconds
+
+    # ---- proposing ---------------------------------------------------------------------------
+    def propose(self, context, k):
+        B = len(context)
+        chosen = [self.choose(self._stats(b)) for b in range(B)]
+        self.t0 = self.clock()
+        used = sorted(set(chosen))
+        drafts = {i: self.arms[i].propose(context, k) for i in used}
+        self.chosen, self.used = chosen, used
+        self.history.append(chosen)
+        return merge([drafts[i] for i in chosen], list(drafts.values()))
+
+    def observe(self, num_accepted):
+        if self.chosen is None:              # the engine skipped proposing this round
+            return
+        dt = max(self.clock() - self.t0, 1e-9)
+        for i in self.used:
+            self.arms[i].observe([n if c == i else 0 for n, c in zip(num_accepted, self.chosen)])
+        for b, (n, arm) in enumerate(zip(num_accepted, self.chosen)):
+            self.update(self._stats(b), arm, n + 1, dt)
+        self.chosen = None
+
+    def share(self) -> dict[str, float]:
+        """Fraction of row-rounds each arm was chosen in (over the recorded history)."""
+        flat = [a for rnd in self.history for a in rnd]
+        return {n: flat.count(i) / len(flat) if flat else 0.0 for i, n in enumerate(self.names)}
+
+
+def merge(row_drafts: list[Draft], drafts: list[Draft]) -> Draft:
+    """Row b's tokens (and q) from row_drafts[b]; one-hot q for rows whose arm has none.
+    `drafts` are the distinct drafts of this round (q is built only if one of them has it)."""
+    B = len(row_drafts)
+    lengths = [d.num_tokens()[b] for b, d in enumerate(row_drafts)]
+    W = max(lengths, default=0)
+    tokens = torch.zeros(B, W, dtype=torch.long)                                    # (B, W)
+    for b, d in enumerate(row_drafts):
+        tokens[b, :lengths[b]] = d.tokens[b, :lengths[b]].cpu()
+    probs = None
+    with_q = [d for d in drafts if d.probs is not None]
+    if with_q and W > 0:
+        V = with_q[0].probs.shape[-1]
+        probs = torch.nn.functional.one_hot(tokens, V).to(with_q[0].probs.dtype)    # (B, W, V)
+        for b, d in enumerate(row_drafts):
+            if d.probs is not None and lengths[b]:
+                probs[b, :lengths[b]] = d.probs[b, :lengths[b]].to(probs.device)
+    return Draft(tokens=tokens, probs=probs, lengths=lengths)
+
+
+@register("auto")
+def _build(target, spec, draft_model=None, rows=1, max_len=1024, cost_model=None, **_):
+    o = spec.opts
+    names = o.get("auto_arms") or DEFAULT_ARMS
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if "auto" in names:
+        raise ConfigError("auto cannot choose itself")
+    arms = {}
+    for n in names:
+        if n == "draft" and draft_model is None:
+            continue                          # no draft model given: not an arm
+        if n == "layerskip" and target.config.num_hidden_layers < 2:
+            continue
+        arms[n] = NoProposer() if n == "none" else create(
+            n, target, spec, draft_model=draft_model, rows=rows, max_len=max_len, cost_model=cost_model)
+    return AutoProposer(arms, gamma=o.get("auto_gamma", 0.97), c=o.get("auto_c", 0.5),
+                        prior=o.get("auto_prior", 1.0))

@@ -1,0 +1,117 @@
+"""`ngram`: prompt lookup. Find the longest recent n-gram match of the context's tail
+(n from max_n down to min_n) earlier in prompt + output and propose what followed it.
+
+Matching is vectorised over the whole context with numpy: for every candidate end
+position e, `run[e]` counts how many of the last max_n tokens match backwards from e
+(a cumulative product of shifted equality masks), so one pass finds the longest and,
+among those, the most recent match. Each row keeps its tokens in a growing numpy
+buffer that catches up with whatever the engine appended since the last call, so a
+proposal never converts the whole Python list again (≤ 0.1 ms on a 4k context, see
+benchmarks/ngram_cost.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from .base import BaseProposer, Draft, register
+
+
+def find_match(buf: np.ndarray, min_n: int, max_n: int) -> tuple[int, int]:
+    """buf (T,) token ids -> (n, e): the longest n in [min_n, max_n] such that buf[T-n:]
+    also ends at position e < T-1; the largest such e. (0, -1) when nothing matches."""
+    T = buf.shape[0]
+    if T < min_n + 1:
+        return 0, -1
+    E = T - 1                                        # candidate ends 0..T-2 (T-1 is the tail itself)
+    run = np.ones(E, dtype=np.int32)                 # (E,) still matching after j comparisons
+    length = np.zeros(E, dtype=np.int32)             # (E,) match length ending at e
+    for j in range(min(max_n, E)):                   # at most max_n vector ops, no loop over T
+        eq = np.zeros(E, dtype=np.int32)
+        eq[j:] = buf[:E - j] == buf[T - 1 - j]       # buf[e-j] == buf[T-1-j] for e >= j
+        run *= eq
+        length += run
+    best = int(length.max()) if E else 0
+    if best < min_n:
+        return 0, -1
+    e = E - 1 - int(np.argmax(length[::-1] == best))  # most recent end with the longest match
+    return best, e
+
+
+class _RowBuffer:
+    """One row's prompt + output as a numpy array, extended in place (amortised O(new))."""
+    __slots__ = ("owner", "buf", "n")
+
+    def __init__(self, owner, cap: int = 256):
+        self.owner, self.buf, self.n = owner, np.empty(cap, dtype=np.int64), 0
+
+    def sync(self, token_ids) -> np.ndarray:
+        L = len(token_ids)
+        if L < self.n:                               # history shrank: rebuild
+            self.n = 0
+        if L > self.buf.shape[0]:
+            grown = np.empty(max(L, 2 * self.buf.shape[0]), dtype=np.int64)
+            grown[:self.n] = self.buf[:self.n]
+            self.buf = grown
+        if L > self.n:
+            self.buf[self.n:L] = token_ids[self.n:L]
+            self.n = L
+        return self.buf[:L]
+
+
+class NgramProposer(BaseProposer):
+    """Prompt lookup over each row's own prompt + output. Rows without a match get 0 tokens."""
+    name = "ngram"
+
+    def __init__(self, min_n: int = 1, max_n: int = 4):
+        if not isinstance(min_n, int) or not isinstance(max_n, int) or not 1 <= min_n <= max_n:
+            raise ConfigError(f"ngram needs integers 1 <= ngram_min <= ngram_max, got {min_n}, {max_n}")
+        self.min_n, self.max_n = min_n, max_n
+        self.rows: dict[int, _RowBuffer] = {}
+
+    def _buffer(self, row: int, seq) -> np.ndarray:
+        rb = self.rows.get(row)
+        if rb is None or rb.owner is not seq:        # a new request in this row (or no start hook)
+            rb = self.rows[row] = _RowBuffer(seq, max(256, 2 * len(seq.token_ids)))
+        return rb.sync(seq.token_ids)
+
+    def start(self, row, seq):
+        self.rows.pop(row, None)
+
+    def move_row(self, src, dst):
+        if src in self.rows:
+            self.rows[dst] = self.rows.pop(src)
+        else:
+            self.rows.pop(dst, None)
+
+    def finish(self, row):
+        self.rows.pop(row, None)
+
+    def propose_row(self, row: int, seq, k: int) -> np.ndarray:
+        """The (<= k,) tokens that followed the best match of this row's tail."""
+        buf = self._buffer(row, seq)
+        n, e = find_match(buf, self.min_n, self.max_n)
+        if n == 0 or k <= 0:
+            return buf[:0]
+        return buf[e + 1:e + 1 + k]
+
+    def propose(self, context, k):
+        outs = [self.propose_row(b, seq, k) for b, seq in enumerate(context)]
+        return pack(outs)
+
+
+def pack(outs: list[np.ndarray]) -> Draft:
+    """Per-row token arrays -> Draft(tokens (B, max len) zero-padded, lengths)."""
+    lengths = [int(o.shape[0]) for o in outs]
+    width = max(lengths, default=0)
+    tokens = np.zeros((len(outs), width), dtype=np.int64)            # (B, width)
+    for b, o in enumerate(outs):
+        tokens[b, :lengths[b]] = o
+    return Draft(tokens=torch.from_numpy(tokens), probs=None, lengths=lengths)
+
+
+@register("ngram")
+def _build(target, spec, draft_model=None, rows=1, max_len=1024, cost_model=None, **_):
+    o = spec.opts
+    return NgramProposer(o.get("ngram_min", 1), o.get("ngram_max", 4))
