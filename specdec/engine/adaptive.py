@@ -10,8 +10,9 @@
 - overhead(b, k) = a_b + c_b * k is what the step really costs beyond the cost model
   (verification, sampling, the proposer's Python, a draft-free proposer's work): a
   ridge least-squares fit of the measured step time's residual, exponentially weighted
-  per batch size. Steps that admitted requests (prefill) or measured the cost model
-  are left out of the fit.
+  per batch size. Steps that are not typical of a k are left out of the fit: those that
+  admitted requests (prefill), measured the cost model, ran a (b, k) shape for the first
+  time (kernel set-up) or resumed drafting after k = 0 (the draft model catches up).
 - k = 0 is plain decoding. After k = 0 the estimates relax toward an optimistic prior
   (acceptance.py), so the policy tries drafting again when the relaxed estimate pays.
 
@@ -28,13 +29,15 @@ from ..analysis.cost_model import CostModel
 from .acceptance import AcceptanceTracker
 
 FIT_DECAY = 0.95      # per observed step (~20 steps) in the overhead fit
-FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind each overhead coefficient
+FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind the intercept (and, at k = k_max/2,
+                      # behind the slope): one odd step cannot swing the fit
 
 
 class StepOverhead:
     """residual(b, k) ~ a_b + c_b * k, fitted online by exponentially weighted ridge regression."""
 
-    def __init__(self):
+    def __init__(self, k_max: int):
+        self.ridge_c = FIT_RIDGE * max(1.0, k_max / 2) ** 2
         self.sums: dict[int, np.ndarray] = {}      # b -> [n, Sk, Skk, Sr, Skr]
 
     def observe(self, b: int, k: int, residual: float) -> None:
@@ -47,7 +50,7 @@ class StepOverhead:
         if s is None:
             return np.zeros(len(ks))
         n, sk, skk, sr, skr = s
-        A = np.array([[n + FIT_RIDGE, sk], [sk, skk + FIT_RIDGE]])
+        A = np.array([[n + FIT_RIDGE, sk], [sk, skk + self.ridge_c]])
         a, c = np.linalg.solve(A, np.array([sr, skr]))
         return a + c * ks
 
@@ -63,8 +66,10 @@ class AdaptiveK:
             cost_model = CostModel.load_or_measure(target, proposer, quick=True, k_max=max(self.k_max, 1))
         self.cost = cost_model
         self.acc = AcceptanceTracker(max(self.k_max, 1))
-        self.overhead = StepOverhead()
+        self.overhead = StepOverhead(self.k_max)
         self._skip_fit = False
+        self._seen: set[tuple[int, int]] = set()   # (b, k) shapes already run once
+        self._prev_k = 0
         self._pred: np.ndarray | None = None       # model step times for k = 0..k_max, this step
         self.last_choice: dict = {}                # for inspection: tokens, times, rate by k
 
@@ -111,8 +116,12 @@ class AdaptiveK:
         if self.k_max == 0:
             return
         self.acc.observe(self.proposer.cost_key(), list(num_draft), list(accepted))
-        if self._pred is not None and not self._skip_fit:
+        shape = (len(batch), k)
+        typical = shape in self._seen and not (k > 0 and self._prev_k == 0)
+        if self._pred is not None and typical and not self._skip_fit:
             pred = float(self._pred[k])
-            self.overhead.observe(len(batch), k, float(np.clip(dt - pred, -0.5 * pred, 2.0 * pred)))
+            self.overhead.observe(len(batch), k, float(np.clip(dt - pred, -0.5 * pred, pred)))
+        self._seen.add(shape)
+        self._prev_k = k
         self._skip_fit = False
         self._pred = None

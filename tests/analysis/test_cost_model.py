@@ -1,0 +1,103 @@
+"""The cost model: interpolation, the KV-cache term, lazy measurement and the on-disk cache."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.analysis import cost_model as cm_mod
+from specdec.analysis import profiling
+from specdec.analysis.cost_model import CostModel, cache_path, identity_hash, model_identity
+from specdec.analysis.profiling import bisect_order, grid_rows
+from tests.conftest import make_model, perturbed
+
+FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_bisect_order_and_grid():
+    assert bisect_order(9)[:3] == [1, 9, 5] and sorted(bisect_order(9)) == list(range(1, 10))
+    assert sorted(bisect_order(2)) == [1, 2] and bisect_order(1) == [1]
+    assert grid_rows(64) == [1, 2, 4, 8, 16, 32, 64] and grid_rows(12) == [1, 2, 4, 8, 12]
+    assert CostModel.bracket(5) == [4, 8] and CostModel.bracket(16) == [16] and CostModel.bracket(1) == [1]
+
+
+def test_interpolation_is_exact_for_a_bilinear_cost_with_a_kv_term():
+    f = lambda b, q, L: 0.004 + 0.0003 * b + 0.0002 * q + 0.0001 * b * q + 2e-7 * b * L
+    cm = CostModel.from_function(f, {"draft:x": lambda b, L: 0.001 + 1e-5 * b}, k_max=8)
+    for b, q, L in [(3, 2.5, 300), (48, 7, 700), (1, 9, 128), (100, 4, 200), (12, 1, 50)]:
+        assert cm.t_target(b, q, L) == pytest.approx(f(b, q, L), rel=1e-9)
+    assert cm.t_target(5, 3) == pytest.approx(f(5, 3, 128))          # L defaults to l_ref
+    assert cm.t_draft("draft:x", 24) == pytest.approx(0.001 + 24e-5)
+    assert cm.t_draft("ngram", 24) == 0.0                             # draft-free proposer
+    t = cm.table()
+    assert t["kv_sigma"] == pytest.approx([2e-7] * 9)
+    assert sorted(t["target"]) == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_kv_term_vanishes_when_length_does_not_matter():
+    cm = CostModel.from_function(lambda b, q, L: 0.01 * q, k_max=4)
+    assert cm.table()["kv_sigma"] == [0.0] * 5
+    assert cm.t_target(8, 3, 1000) == pytest.approx(0.03)
+
+
+def test_quick_start_then_lazy_refinement(cache, tiny_target, tiny_draft):
+    cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=3, timing=FAST)
+    p = cm.target
+    assert p.rows(p.l_ref) == [1] and sorted(p.row(p.l_ref, 1)) == [1, 4]
+    assert cm.ensure(5)                                   # first use of b=5: rows 4 and 8
+    assert p.rows(p.l_ref) == [1, 4, 8] and sorted(p.row(p.l_ref, 8)) == [1, 4]
+    n = 0
+    while cm.ensure(5):
+        n += 1
+    assert n == 4 and sorted(p.row(p.l_ref, 4)) == [1, 2, 3, 4]      # q=2,3 for rows 4 and 8
+    assert not cm.ensure(5)
+    assert all(t > 0 for t in p.points.values())
+    assert all(s >= 0 for s in cm.table()["kv_sigma"])
+    assert cm.t_draft("draft:draft", 6) > 0
+
+
+def test_cache_round_trip(cache, tiny_target, tiny_draft, monkeypatch):
+    cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=2, timing=FAST)
+    while cm.ensure(2):
+        pass
+    before = cm.table()
+    path = cache_path(model_identity(tiny_target))
+    assert path.exists() and json.loads(path.read_text())["identity"] == model_identity(tiny_target)
+
+    def boom(*a, **k):
+        raise AssertionError("measured although cached")
+    monkeypatch.setattr(profiling, "time_forwards", boom)
+    again = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=2)
+    assert again.table() == before
+    assert again.ensure(2) is False                      # nothing left to measure for b=2
+    with pytest.raises(AssertionError):                   # remeasure ignores the cache
+        CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=2, remeasure=True)
+
+
+def test_cache_keys_separate_what_changes_the_cost(cache, tiny_target):
+    base = identity_hash(model_identity(tiny_target, threads=1))
+    assert identity_hash(model_identity(tiny_target, threads=2)) != base
+    assert identity_hash(model_identity(tiny_target, num_layers=1, threads=1)) != base
+    assert identity_hash(model_identity(make_model(0, vocab=4096), threads=1)) != base
+    # weights do not change the cost: a retrained checkpoint of the same shape shares the table
+    assert identity_hash(model_identity(perturbed(tiny_target, 0.1), threads=1)) == base
+    CostModel.load_or_measure(tiny_target, threads=1, k_max=1, timing=FAST)
+    CostModel.load_or_measure(tiny_target, threads=2, k_max=1, timing=FAST)
+    assert len(list((cache / "costs").glob("*.json"))) == 2
+
+
+def test_proposer_with_its_own_layers_is_keyed_and_timed(cache, tiny_target):
+    class Skip:                                    # what layerskip exposes
+        model, num_layers = tiny_target, 1
+
+        def cost_key(self):
+            return "layerskip:1"
+    cm = CostModel.load_or_measure(tiny_target, Skip(), k_max=1, timing=FAST)
+    assert cm.t_draft("layerskip:1", 1) > 0 and cm.t_draft("draft:draft", 1) == 0.0
+    assert len(list((cache / "costs").glob("*.json"))) == 2

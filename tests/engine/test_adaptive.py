@@ -1,0 +1,144 @@
+"""AdaptiveK: chooses k from a (synthetic) cost model and live acceptance; continuous batching
+gives every request the tokens it gets alone."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec.analysis.cost_model import CostModel
+from specdec.config import EngineConfig, SamplingParams, SpecConfig
+from specdec.engine.acceptance import AcceptanceTracker
+from specdec.engine.adaptive import AdaptiveK, StepOverhead
+from specdec.engine.engine import Engine
+from specdec.engine.sequence import Sequence
+from specdec.proposers.base import BaseProposer
+
+from tests.conftest import random_prompts
+
+K_MAX = 8
+# memory-bound: a forward costs the weight read, scoring more positions is nearly free
+MEMORY_BOUND = CostModel.from_function(lambda b, q, L: 0.010 + 0.0002 * b * q,
+                                       {"draft:draft": lambda b, L: 0.0005}, k_max=K_MAX)
+# compute-bound: cost proportional to the positions scored
+COMPUTE_BOUND = CostModel.from_function(lambda b, q, L: 0.001 * b * q,
+                                        {"draft:draft": lambda b, L: 0.0001 * b}, k_max=K_MAX)
+
+
+class FakeDraft(BaseProposer):
+    name = "draft"
+
+    def cost_key(self):
+        return "draft:draft"
+
+
+def make_policy(cost, n=4, max_new=1000):
+    pol = AdaptiveK(SpecConfig(method="draft", k="auto", k_max=K_MAX), FakeDraft(), None, cost)
+    batch = [Sequence(list(range(2, 12)), SamplingParams(max_new_tokens=max_new)) for _ in range(n)]
+    for row, seq in enumerate(batch):
+        pol.start(row, seq)
+    return pol, batch
+
+
+def run(pol, batch, accept, steps):
+    """Drive `steps` rounds; `accept(k)` -> accepted drafts per row. Returns the k chosen."""
+    ks = []
+    for _ in range(steps):
+        k = pol.choose(batch)
+        dt = pol.last_choice["times"][k] if pol.last_choice else 0.0
+        pol.observe(batch, k, [k] * len(batch), [accept(k)] * len(batch), dt)
+        ks.append(k)
+    return ks
+
+
+def test_zero_acceptance_stops_drafting():
+    pol, batch = make_policy(MEMORY_BOUND)
+    ks = run(pol, batch, lambda k: 0, 30)
+    assert ks[0] > 0                    # the optimistic prior tries drafting first
+    assert ks[-10:] == [0] * 10         # ... and learns that it does not pay
+
+
+def test_compute_bound_never_drafts_even_when_everything_is_accepted():
+    pol, batch = make_policy(COMPUTE_BOUND, n=16)
+    ks = run(pol, batch, lambda k: k, 30)
+    assert ks == [0] * 30
+
+
+def test_high_acceptance_and_cheap_verification_drafts_long():
+    pol, batch = make_policy(MEMORY_BOUND)
+    ks = run(pol, batch, lambda k: k, 20)
+    assert min(ks[-5:]) >= K_MAX - 1
+
+
+def test_recovers_from_k0_and_probing_costs_little():
+    pol, batch = make_policy(MEMORY_BOUND, n=1)
+    run(pol, batch, lambda k: 0, 40)
+    spent = plain = 0.0
+    for _ in range(500):                               # a useless draft: occasional probes only
+        k = run(pol, batch, lambda k: 0, 1)[0]
+        spent += pol.last_choice["times"][k]
+        plain += pol.last_choice["times"][0]
+    assert spent / plain < 1.02
+    ks = run(pol, batch, lambda k: k, 300)             # the draft now agrees with the target
+    first = next(i for i, k in enumerate(ks) if k > 0)
+    assert first < 200
+    assert min(ks[first + 30:first + 40]) >= K_MAX - 1
+
+
+def test_no_drafting_for_requests_about_to_finish():
+    pol, batch = make_policy(MEMORY_BOUND, max_new=1)
+    pol.observe(batch, 4, [4] * 4, [4] * 4, 0.01)      # even with perfect acceptance so far
+    assert pol.choose(batch) == 0
+
+
+def test_per_request_and_per_position_estimates():
+    acc = AcceptanceTracker(4)
+    acc.start(0)
+    acc.start(1)
+    for _ in range(20):
+        acc.observe("x", [4, 4], [4, 1])               # row 0 accepts all, row 1 stops at 2
+    a = acc.row_means("x", 2)
+    assert a[0].min() > 0.8
+    assert a[1, 0] > 0.8 and a[1, 1] < 0.3
+    e = acc.expected_tokens("x", [100, 100])
+    assert np.all(np.diff(e) > 0) and e[0] == 2.0
+    acc.move_row(0, 1)
+    assert np.allclose(acc.row_means("x", 2)[1], a[0])
+
+
+def test_overhead_fit_recovers_intercept_and_slope():
+    fit = StepOverhead(K_MAX)
+    for i in range(400):
+        k = i % (K_MAX + 1)
+        fit.observe(4, k, 0.002 + 0.0005 * k)
+    pred = fit.predict(4, np.array([0, 8]))
+    assert pred == pytest.approx([0.002, 0.006], rel=0.05)
+    assert fit.predict(2, np.array([3]))[0] == 0.0     # no data for this batch size
+
+
+def _alone(target, prompt, n):
+    eng = Engine(target, SpecConfig(method="none", k=0), EngineConfig(max_batch=1, max_model_len=256))
+    return eng.generate([prompt], SamplingParams(max_new_tokens=n))[0].output_ids
+
+
+@pytest.mark.parametrize("k", ["auto", 3])
+def test_continuous_batching_matches_each_request_alone(tiny_target, k):
+    prompts = random_prompts(7, seed=3)
+    limits = [5, 17, 9, 30, 3, 12, 21]
+    eng = Engine(tiny_target, SpecConfig(method="draft", k=k, k_max=K_MAX),
+                 EngineConfig(max_batch=3, max_model_len=256), draft=tiny_target,
+                 cost_model=CostModel.from_function(lambda b, q, L: 0.01 + 1e-4 * b * q,
+                                                    {"draft:draft": lambda b, L: 1e-4}, k_max=K_MAX))
+    seqs = [eng.add_request(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts[:4], limits[:4])]
+    done = {}
+    for i in range(200):
+        if i == 2:                                      # later requests join mid-flight
+            seqs += [eng.add_request(p, SamplingParams(max_new_tokens=n))
+                     for p, n in zip(prompts[4:], limits[4:])]
+        if not eng.has_unfinished():
+            break
+        eng.step()
+        done.update({s.id: s for s in eng.collect_finished()})
+    assert len(done) == 7
+    for seq, p, n in zip(seqs, prompts, limits):
+        assert done[seq.id].output_ids == _alone(tiny_target, p, n)
+    assert any(kk > 0 for kk in eng.metrics.k_hist) and eng.metrics.num_accepted_tokens > 0
