@@ -173,10 +173,14 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
                 reason = val
         usage = _usage(h, stream)
         if chat_mode:
-            return P.chat_response(cid, cfg.model_name, created, text, reason, usage)
-        if getattr(req, "echo", False):
-            text = models.tokenizer.decode(ids) + text
-        return {**P.completion_chunk(cid, cfg.model_name, created, text, reason), "usage": usage.model_dump()}
+            out = P.chat_response(cid, cfg.model_name, created, text, reason, usage)
+        else:
+            if getattr(req, "echo", False):
+                text = models.tokenizer.decode(ids) + text
+            out = {**P.completion_chunk(cid, cfg.model_name, created, text, reason), "usage": usage.model_dump()}
+        if req.return_token_ids:
+            out["choices"][0]["token_ids"] = list(stream.ids)
+        return out
 
     @app.post("/v1/completions")
     async def completions(request: Request):

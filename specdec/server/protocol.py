@@ -1,7 +1,7 @@
 """OpenAI-compatible request and response models (pydantic), plus specdec's extensions.
 
 Extensions over the OpenAI API:
-- `top_k` (int, 0 = off) on both endpoints;
+- `top_k` (int, 0 = off), `ignore_eos` and `return_token_ids` on both endpoints;
 - `speculative`: {"method": "draft" | "none" | ..., "k": int | "auto" | "heuristic"} per request;
 - `usage.accepted_tokens`, `usage.draft_tokens`, `usage.mean_acceptance_length`.
 
@@ -46,6 +46,7 @@ class _Sampling(_Req):
     stream_options: StreamOptions | None = None
     n: StrictInt = Field(default=1, ge=1)
     ignore_eos: StrictBool = False   # extension (as in vLLM): generate exactly max_tokens
+    return_token_ids: StrictBool = False  # extension: choices[0].token_ids (non-streaming)
     speculative: SpeculativeOptions | None = None
 
     def stop_list(self) -> list[str]:

@@ -44,3 +44,20 @@ def wait_idle(app, timeout: float = 10.0) -> None:
     end = time.time() + timeout
     while (w.num_running or w.num_waiting) and time.time() < end:
         time.sleep(0.02)
+
+
+def prompts(n: int, seed: int = 0, vocab: int = 8192, lo: int = 3, hi: int = 30) -> list[list[int]]:
+    """Deterministic random token prompts (ids >= 2: no BOS/EOS inside)."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(lo, hi, (n,), generator=g).tolist()
+    return [torch.randint(2, vocab, (L,), generator=g).tolist() for L in lens]
+
+
+def offline_greedy(models, prompt_ids: list[list[int]], max_new: int) -> list[list[int]]:
+    """What Engine.generate gives offline (plain greedy decoding, batched)."""
+    from specdec.config import EngineConfig, SamplingParams, SpecConfig
+    from specdec.engine.engine import Engine
+    eng = Engine(models.target, SpecConfig(method="none", k=0), EngineConfig(max_batch=8, max_model_len=512))
+    seqs = eng.generate(prompt_ids, SamplingParams(max_new_tokens=max_new, ignore_eos=True))
+    return [s.output_ids for s in seqs]

@@ -1,0 +1,111 @@
+"""400 / 401 / 404 / 408 / 429 with OpenAI-style error objects."""
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from liveserver import live_server, wait_idle
+from specdec.config import SpecConfig
+
+
+def post(url, body, path="/v1/completions", **kw):
+    if isinstance(body, (bytes, str)):
+        return httpx.post(url + path, content=body, headers={"content-type": "application/json"}, **kw)
+    return httpx.post(url + path, json=body, **kw)
+
+
+def assert_error(r, status, type_="invalid_request_error", contains=""):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == type_ and err["code"] == status
+    assert contains.lower() in err["message"].lower()
+    return err
+
+
+@pytest.mark.parametrize("body, contains", [
+    (b"{not json", "not valid json"),
+    (b"[1, 2", "not valid json"),
+    ({"prompt": "x", "max_tokens": "5"}, "max_tokens"),
+    ({"prompt": 5}, "prompt"),
+    ({"prompt": "x", "temperature": "hot"}, "temperature"),
+    ({"prompt": "x", "stream": "yes"}, "stream"),
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": "x", "temperature": 2.5}, "temperature"),
+    ({"prompt": "x", "top_p": 0}, "top_p"),
+    ({"prompt": "x", "top_k": -1}, "top_k"),
+    ({"prompt": "x", "n": 2}, "n > 1"),
+    ({"prompt": [], "max_tokens": 2}, "empty prompt"),
+    ({"prompt": [1, 99999], "max_tokens": 2}, "token ids"),
+    ({"prompt": ["a", "b"]}, "batched"),
+    ({"prompt": "x", "max_tokens": 600}, "exceeds the context length"),
+    ({"prompt": list(range(2, 600)), "max_tokens": 1}, "exceeds the context length"),
+    ({"prompt": "x", "speculative": {"method": "telepathy"}}, "unknown speculative method"),
+    ({"prompt": "x", "speculative": {"k": 99}}, "k must be"),
+    ({"prompt": "x", "speculative": {"k": "lots"}}, "speculative.k"),
+    ({}, "prompt"),
+])
+def test_bad_completion_requests_get_400(server, body, contains):
+    err = assert_error(post(server[0], body), 400, contains=contains)
+    assert err["message"]
+
+
+@pytest.mark.parametrize("body, contains", [
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "role"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, "max_completion_tokens"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "text content"),
+])
+def test_bad_chat_requests_get_400(server, body, contains):
+    assert_error(post(server[0], body, "/v1/chat/completions"), 400, contains=contains)
+
+
+def test_unknown_model_gets_404(server):
+    assert_error(post(server[0], {"prompt": "x", "model": "gpt-9"}), 404, "not_found_error", "does not exist")
+
+
+def test_openai_client_raises_bad_request(server):
+    c = openai.OpenAI(base_url=server[0] + "/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="context length"):
+        c.completions.create(model="tiny", prompt="x", max_tokens=10_000)
+
+
+def test_api_key(tiny_models):
+    with live_server(tiny_models, api_key="s3cret", model_name="tiny") as (url, _):
+        assert_error(post(url, {"prompt": "x", "max_tokens": 1}), 401, "authentication_error")
+        bad = openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            bad.models.list()
+        good = openai.OpenAI(base_url=url + "/v1", api_key="s3cret", max_retries=0)
+        assert good.completions.create(model="tiny", prompt="x", max_tokens=2).choices[0].text is not None
+        assert httpx.get(url + "/health").status_code == 200          # health and metrics stay open
+        assert httpx.get(url + "/metrics").status_code == 200
+
+
+def test_full_queue_gets_429(tiny_models):
+    long = {"prompt": "x", "max_tokens": 480, "temperature": 0, "ignore_eos": True, "stream": True}
+    with live_server(tiny_models, max_batch=1, max_queue=1, model_name="tiny") as (url, app):
+        with httpx.Client(timeout=60) as c:
+            with c.stream("POST", url + "/v1/completions", json=long) as a:   # runs
+                next(ln for ln in a.iter_lines() if ln.startswith("data: "))
+                with c.stream("POST", url + "/v1/completions", json=long) as b:  # waits
+                    assert b.status_code == 200
+                    r = c.post(url + "/v1/completions", json={"prompt": "y", "max_tokens": 2})
+                    assert_error(r, 429, "rate_limit_error", "queue is full")
+        wait_idle(app)
+        assert app.state.worker.leaks() == []
+        assert httpx.post(url + "/v1/completions", json={"prompt": "y", "max_tokens": 2}).status_code == 200
+
+
+def test_request_timeout(tiny_models):
+    with live_server(tiny_models, request_timeout=0.2, model_name="tiny",
+                     spec=SpecConfig(method="none", k=0)) as (url, app):
+        body = {"prompt": "x", "max_tokens": 480, "temperature": 0, "ignore_eos": True}
+        assert_error(post(url, body, timeout=30), 408, "timeout_error", "timed out")
+        with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=30) as r:
+            lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
+        assert '"timeout_error"' in lines[-2] and lines[-1] == "data: [DONE]"
+        wait_idle(app)
+        assert app.state.worker.leaks() == []

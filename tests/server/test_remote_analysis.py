@@ -1,0 +1,70 @@
+"""`specdec analyze --endpoint` against specdec's own live server, and the vLLM config."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.analysis.remote import emit_vllm_config, parse_metrics, percentile, recommend
+from specdec.cli import main
+from specdec.errors import ConfigError
+
+
+def test_analyze_endpoint_on_live_server(server, tmp_path, capsys):
+    url, app = server
+    rc = main(["analyze", "--endpoint", url, "--workload", "code", "--k", "2", "--remote-prompts", "3",
+               "--max-new-tokens", "8", "--prompt-tokens", "16", "--concurrency", "2",
+               "--out", str(tmp_path), "--emit-vllm-config"])
+    assert rc == 0
+    out = capsys.readouterr()
+    payload = json.loads((tmp_path / "remote.json").read_text())
+    res = payload["results"]
+    assert set(res) == {"off", "k=2", "auto"}
+    off, on = res["off"]["code"], res["k=2"]["code"]
+    for r in (off, on):
+        assert r["requests"] == 3 and r["completion_tokens"] == 24 and r["tokens_per_s"] > 0
+        assert 0 < r["latency_p50_s"] <= r["latency_p99_s"]
+    assert off["draft_tokens"] == 0 and off["drafts"] == 0
+    assert on["drafts"] > 0 and on["draft_tokens"] <= 2 * on["drafts"]
+    assert 0 <= on["acceptance_rate"] <= 1 and 1 <= on["mean_acceptance_length"] <= 3
+    assert "| k=2 | code |" in out.err
+    cfg = json.loads(out.out.strip().splitlines()[-1])
+    rec = payload["recommendation"]
+    if rec is None:
+        assert cfg is None
+    else:
+        assert cfg["method"] == "draft_model" and cfg["num_speculative_tokens"] == rec["k"] >= 1
+
+
+def test_recommend_picks_fastest_and_converts_auto_to_k():
+    def r(tps, drafts=0, dtok=0):
+        return {"tokens_per_s": tps, "drafts": drafts, "draft_tokens": dtok}
+    res = {"off": {"a": r(10), "b": r(10)}, "k=2": {"a": r(12, 5, 10), "b": r(11, 5, 10)},
+           "auto": {"a": r(15, 10, 31), "b": r(14, 10, 29)}}
+    assert recommend(res, "draft") == {"mode": "auto", "speedup": pytest.approx((1.5 * 1.4) ** 0.5),
+                                       "method": "draft", "k": 3}
+    slow = {"off": {"a": r(10)}, "k=2": {"a": r(9, 5, 10)}}
+    assert recommend(slow, "draft") is None
+
+
+def test_emit_vllm_config():
+    assert emit_vllm_config("ngram", 4, 2, 5) == {"method": "ngram", "num_speculative_tokens": 4,
+                                                  "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    assert emit_vllm_config("draft", 3, draft_model="org/d")["model"] == "org/d"
+    with pytest.raises(ConfigError):
+        emit_vllm_config("layerskip", 3)
+    with pytest.raises(ConfigError):
+        emit_vllm_config("ngram", 0)
+
+
+def test_parse_metrics_reads_vllm_exposition():
+    text = ('# TYPE vllm:spec_decode_num_drafts counter\n'
+            'vllm:spec_decode_num_drafts_total{model_name="m",engine="0"} 7.0\n'
+            'vllm:spec_decode_num_drafts_total{model_name="m",engine="1"} 3.0\n'
+            'vllm:spec_decode_num_drafts_created{model_name="m"} 1.7e9\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 4.0\n'
+            'vllm:e2e_request_latency_seconds_bucket{le="1.0"} 2.0\n')
+    m = parse_metrics(text)
+    assert m["vllm:spec_decode_num_drafts"] == 10 and m["per_pos"] == {1: 4.0}
+    assert not any(k.endswith("_bucket") or k.endswith("_created") for k in m)
+    assert percentile([3, 1, 2, 4], 50) == 2 and percentile([3, 1, 2, 4], 99) == 4
