@@ -34,4 +34,4 @@ def test_spec_decode_counters_match_usage(tiny_models):
         assert 0 < m["vllm:inter_token_latency_seconds_count"] <= m["vllm:generation_tokens"] - 4
         assert m["vllm:inter_token_latency_seconds_sum"] > 0
         assert m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
-        assert "# TYPE vllm:spec_decode_num_drafts counter" in text
+        assert "vllm:spec_decode_num_drafts_total " in text and "# TYPE vllm:spec_decode_num_drafts" in text
