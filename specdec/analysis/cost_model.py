@@ -8,6 +8,7 @@ Public API (stable; the adaptive policy and the analysis code use it):
                                          # each (q = k + 1 to verify k drafts), L cached tokens
     cm.t_draft(key, b, L=None) -> float  # seconds per proposed token for proposer `key`
                                          # (`proposer.cost_key()`); 0.0 for draft-free ones
+    cm.curve(key, b, k_max=None)         # (base, slope): a round drafting k = 0..k_max, linear in L
     cm.table() -> dict                   # everything measured, JSON-ready (see `table`)
     cm.ensure(b) -> bool                 # lazily measure what predicting batch b needs
     CostModel.from_function(...)         # a synthetic model (tests, what-if analysis)
@@ -16,7 +17,7 @@ Public API (stable; the adaptive policy and the analysis code use it):
 key `cost_key()`), a draft `LlamaModel` (key "draft:draft", the draft proposer's key) or None.
 
 Measurement (profiling.py): one cached forward, called as the engine calls it, at batch
-rows b in {1, 2, 4, ..., 64} (powers of two; the largest row is `max(batch_sizes)`),
+rows b in `batch_sizes` (default {1, 2, 4, ..., 64}; lazily, powers of two around b),
 q in 1..k_max+1, and two cache lengths to capture the KV-cache term. Each model's points
 are cached in `cache_dir()/costs/<hash>.json`, keyed by what sets the cost: the model's
 architecture (config, parameter count, layers used), dtype, linear kernel, device (and
@@ -38,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from .profiling import GRID_B, ModelProfile, Point, bisect_order, grid_rows
+from .profiling import GRID_B, ModelProfile, Point, bisect_order
 
 DRAFT_KEY = "draft:draft"       # DraftModelProposer.cost_key() for the default name
 
@@ -147,7 +148,7 @@ class CostModel:
                 profiles.append(by_id[h].profile)
             drafts = {k: p for (_m, _nl, k), p in zip(models, profiles) if k is not None}
             cm = cls(profiles[0], drafts, k_max, list(by_id.values()), timing)
-            rows = grid_rows(max(batch_sizes)) if batch_sizes else list(GRID_B)
+            rows = sorted(set(batch_sizes)) if batch_sizes else list(GRID_B)
             if quick:
                 cm._measure(cm._required([1]))
             else:
@@ -178,6 +179,19 @@ class CostModel:
     def t_draft(self, key: str, b: float, L: float | None = None) -> float:
         prof = self.drafts.get(key)
         return prof.t(b, 1, L) if prof is not None and prof.points else 0.0
+
+    def curve(self, key: str | None, b: int, k_max: int | None = None) -> tuple[list[float], list[float]]:
+        """A round's modelled seconds for k = 0..k_max as (base, slope): k drafts from proposer
+        `key` then one verify forward cost base[k] + slope[k] * (L - l_ref) at cache length L
+        (the same model as t_target(b, k+1, L) + k * t_draft(key, b, L), in one call)."""
+        p, d = self.target, self.drafts.get(key) if key else None
+        dl = p.l_long - p.l_ref
+        td = d.t(b, 1) if d is not None and d.points else 0.0
+        ts = (d.t(b, 1, p.l_long) - td) / dl if d is not None and d.points and dl else 0.0
+        n = (self.k_max if k_max is None else k_max) + 1
+        base = [p.t(b, k + 1) + k * td for k in range(n)]
+        slope = [b * p.sigma(k + 1) + k * ts for k in range(n)]
+        return base, slope
 
     def table(self) -> dict:
         """{"identity", "l_ref", "l_long", "q_max",

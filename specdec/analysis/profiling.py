@@ -7,8 +7,8 @@ lengths, `l_ref` and `l_long`, and predicts any (b, q, L) as
 
     t(b, q, L) = t_ref(b, q) + b * sigma(q) * (L - l_ref)
 
-t_ref is piecewise linear in q within each measured batch row and linear in b between
-rows (the forward costs a fixed weight read plus per-row work, so linear in b is the
+t_ref is piecewise linear in q within each measured batch row (made non-decreasing in q,
+and across rows in b, against timing noise) and linear in b between rows (the forward costs a fixed weight read plus per-row work, so linear in b is the
 physical shape; log-b would overstate the cost of small batches). sigma(q) >= 0 is the
 per-row, per-token KV-cache cost, estimated from the largest row measured at both
 lengths (attention reads b * L keys, so the term scales with b). Where the cache length
@@ -16,6 +16,7 @@ does not matter on this machine, sigma measures ~0 and the term vanishes.
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -76,6 +77,18 @@ def time_forwards(model, b: int, L: int, qs: list[int], num_layers: int | None =
     return out
 
 
+def isotonic(ys: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to ys in least squares (pool adjacent violators).
+    A forward never gets cheaper by scoring more positions; timing noise can say otherwise."""
+    blocks: list[list[float]] = []          # [mean, weight]
+    for y in ys:
+        blocks.append([y, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, w1), (m2, w2) = blocks[-2], blocks.pop()
+            blocks[-1] = [(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2]
+    return [m for m, w in blocks for _ in range(int(w))]
+
+
 def _interp(xs: list[float], ys: list[float], x: float) -> float:
     """Piecewise-linear through sorted (xs, ys), extended linearly past both ends."""
     if len(xs) == 1:
@@ -93,23 +106,36 @@ class ModelProfile:
     l_ref: int
     l_long: int
     points: dict[Point, float] = field(default_factory=dict)
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def _cached(self, name, fn):
+        if self._memo.get("n") != len(self.points):       # points only ever get added
+            self._memo = {"n": len(self.points)}
+        if name not in self._memo:
+            self._memo[name] = fn()
+        return self._memo[name]
 
     def row(self, L: int, b: int) -> dict[int, float]:
-        return {q: t for (l, bb, q), t in self.points.items() if l == L and bb == b}
+        """Measured q -> seconds for (L, b), made non-decreasing in q."""
+        def build():
+            r = {q: t for (l, bb, q), t in self.points.items() if l == L and bb == b}
+            qs = sorted(r)
+            return dict(zip(qs, isotonic([r[q] for q in qs])))
+        return self._cached(("row", L, b), build)
 
     def rows(self, L: int) -> list[int]:
-        return sorted({bb for (l, bb, _q) in self.points if l == L})
+        return self._cached(("rows", L), lambda: sorted({bb for (l, bb, _q) in self.points if l == L}))
 
     def _row_t(self, L: int, b: int, q: float) -> float:
         r = self.row(L, b)
-        qs = sorted(r)
-        return _interp(qs, [r[x] for x in qs], q)
+        qs = list(r)
+        return _interp(qs, list(r.values()), q)
 
     def t_ref(self, b: float, q: float) -> float:
         rows = self.rows(self.l_ref)
         if not rows:
             return 0.0
-        vals = [self._row_t(self.l_ref, r, q) for r in rows]
+        vals = list(itertools.accumulate([self._row_t(self.l_ref, r, q) for r in rows], max))
         if b <= rows[0]:
             return vals[0]                                  # never cheaper than measured
         v = _interp(rows, vals, b)
@@ -142,6 +168,7 @@ class ModelProfile:
         for (L, b), qs in groups.items():
             for q, t in time_forwards(model, b, L, sorted(set(qs)), num_layers, **timing).items():
                 self.points[(L, b, q)] = t
+        self._memo = {}
 
     def to_json(self) -> dict:
         return {"l_ref": self.l_ref, "l_long": self.l_long,

@@ -70,14 +70,20 @@ class AdaptiveK:
         self._skip_fit = False
         self._seen: set[tuple[int, int]] = set()   # (b, k) shapes already run once
         self._prev_k = 0
+        self._curves: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
         self._pred: np.ndarray | None = None       # model step times for k = 0..k_max, this step
         self.last_choice: dict = {}                # for inspection: tokens, times, rate by k
 
     # ---- the decision ---------------------------------------------------------------------
     def step_times(self, b: int, L: int, key: str) -> np.ndarray:
-        """(k_max+1,) modelled seconds of a round drafting k = 0..k_max, before overhead."""
-        td = self.cost.t_draft(key, b, L)
-        return np.array([self.cost.t_target(b, k + 1, L) + k * td for k in range(self.k_max + 1)])
+        """(k_max+1,) modelled seconds of a round drafting k = 0..k_max, before overhead:
+        t_target(b, k+1, L) + k * t_draft(key, b, L), from a per-(b, key) curve linear in L."""
+        ck = (b, key)
+        if ck not in self._curves:
+            base, slope = self.cost.curve(key, b, self.k_max)
+            self._curves[ck] = (np.asarray(base), np.asarray(slope))
+        base, slope = self._curves[ck]
+        return np.maximum(base + slope * (L - self.cost.target.l_ref), 0.5 * base)
 
     def choose(self, batch) -> int:
         b = len(batch)
@@ -85,6 +91,7 @@ class AdaptiveK:
             return 0
         if self.cost.ensure(b):
             self._skip_fit = True
+            self._curves.clear()
         key = self.proposer.cost_key()
         L = max(len(s.token_ids) for s in batch)
         remaining = [max(1, s.params.max_new_tokens - s.num_output) for s in batch]

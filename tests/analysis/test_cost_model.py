@@ -101,3 +101,21 @@ def test_proposer_with_its_own_layers_is_keyed_and_timed(cache, tiny_target):
     cm = CostModel.load_or_measure(tiny_target, Skip(), k_max=1, timing=FAST)
     assert cm.t_draft("layerskip:1", 1) > 0 and cm.t_draft("draft:draft", 1) == 0.0
     assert len(list((cache / "costs").glob("*.json"))) == 2
+
+
+def test_curve_matches_the_pointwise_model():
+    f = lambda b, q, L: 0.004 + 0.0001 * b * q + 2e-7 * b * L
+    cm = CostModel.from_function(f, {"d": lambda b, L: 0.001 + 1e-6 * L}, k_max=4)
+    base, slope = cm.curve("d", 8, k_max=6)                     # k beyond k_max extrapolates
+    for k in range(7):
+        L = 400
+        want = cm.t_target(8, k + 1, L) + k * cm.t_draft("d", 8, L)
+        assert base[k] + slope[k] * (L - 128) == pytest.approx(want)
+
+
+def test_noisy_rows_are_made_monotone():
+    p = profiling.ModelProfile(128, 512, {(128, 4, 1): 3.0, (128, 4, 2): 1.0, (128, 4, 3): 2.0,
+                                          (128, 8, 1): 1.0, (128, 8, 3): 1.0})
+    assert list(p.row(128, 4).values()) == [2.0, 2.0, 2.0]
+    assert p.t(8, 2) >= p.t(4, 2)                               # never cheaper at larger b
+    assert profiling.isotonic([1, 3, 2, 4]) == [1, 2.5, 2.5, 4]
