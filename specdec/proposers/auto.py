@@ -53,7 +53,7 @@ class _Stats:
 class AutoProposer(BaseProposer):
     name = "auto"
 
-    def __init__(self, arms: dict, gamma: float = 0.97, c: float = 0.5, prior: float = 1.0,
+    def __init__(self, arms: dict, gamma: float = 0.98, c: float = 0.3, prior: float = 1.0,
                  clock=time.perf_counter):
         if not arms:
             raise ConfigError("auto needs at least one proposer to choose from")
@@ -185,5 +185,5 @@ def _build(target, spec, draft_model=None, rows=1, max_len=1024, cost_model=None
             continue
         arms[n] = NoProposer() if n == "none" else create(
             n, target, spec, draft_model=draft_model, rows=rows, max_len=max_len, cost_model=cost_model)
-    return AutoProposer(arms, gamma=o.get("auto_gamma", 0.97), c=o.get("auto_c", 0.5),
+    return AutoProposer(arms, gamma=o.get("auto_gamma", 0.98), c=o.get("auto_c", 0.3),
                         prior=o.get("auto_prior", 1.0))
