@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as _Rich, TextColumn, TimeElapsedColumn
 
 from ..config import EngineConfig
+from ..errors import ConfigError
 from ..engine.build import make_engine
 from .costs import load_costs
 from .measure import Plan, plan_cells, run_plan
@@ -53,24 +54,27 @@ class Progress:
 
 def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, method: str, out: Path,
             bars: Progress, full: bool = False, quick: bool = False, device: str = "cpu",
-            threads: int | None = None) -> dict[str, Path]:
+            threads: int | None = None, remeasure: bool = True) -> dict[str, Path]:
     """Run the whole analysis with settings `s` (k, batch_sizes, temperatures, repeats,
     max_new_tokens, prompt_tokens) and write the report into `out`. Returns the paths."""
     t_start = time.perf_counter()
+    limit = models.target.config.max_position_embeddings - s["max_new_tokens"] - 8
+    prompts = {w: [p for p in ps if len(p) <= limit] for w, ps in prompts.items()}
+    if not all(prompts.values()):
+        empty = [w for w, ps in prompts.items() if not ps]
+        raise ConfigError(f"no prompt of {', '.join(empty)} fits the context ({limit} prompt tokens "
+                          f"+ {s['max_new_tokens']} new)")
     names = list(prompts)
     sweep = ([w for w in names if w == "code"] or names[:1]) if quick else names
     cells = plan_cells(names, s["k"], s["batch_sizes"], s["temperatures"], full=full, sweep_workloads=sweep)
     plan = Plan(cells, prompts, groups=s["repeats"], max_new_tokens=s["max_new_tokens"])
     k_top = max(s["k"])
     probe = make_engine(models, spec_for_k(k_top), EngineConfig(max_batch=1, max_model_len=64, device=device))
-    key = probe.proposer.cost_key()
-    del probe
-
     task = bars.add("measuring step costs t(b, q)", total=100)
-    costs = load_costs(models.target, models.draft if probe_is_draft(key) else None, proposer_key=key,
-                       batch_sizes=s["batch_sizes"], q_max=k_top + 1,
+    costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=k_top + 1,
                        context=s["prompt_tokens"] + s["max_new_tokens"] // 2, device=device, threads=threads,
-                       quick=quick, on_progress=lambda f: bars.update(task, completed=100 * f))
+                       remeasure=remeasure, on_progress=lambda f: bars.update(task, completed=100 * f))
+    del probe
     bars.update(task, completed=100)
 
     task = bars.add("decoding: plain vs speculative", total=plan.num_runs())
@@ -86,13 +90,9 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
             "max_new_tokens": plan.max_new_tokens, "prompt_tokens": s["prompt_tokens"],
             "settings": s, "workloads": names, "grid": "full" if full else "star", "quick": quick,
             "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+            "torch": torch.__version__, "costs_remeasured": remeasure,
+            "machine": platform.processor() or platform.machine(),
             "wall_s": time.perf_counter() - t_start}
     paths = write_report(out, summary, costs, meta)
     bars.update(task, advance=1)
     return paths
-
-
-def probe_is_draft(key: str) -> bool:
-    """The draft-model proposer's cost key starts with "draft" (see proposers/draft_model.py)."""
-    return key.startswith("draft")

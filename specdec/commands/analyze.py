@@ -55,6 +55,8 @@ def add_parser(sub) -> None:
     p.add_argument("--prompt-tokens", type=int, help="prompt length for code/prose/random")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    p.add_argument("--cached-costs", action="store_true",
+                   help="reuse the cost model's cached step times instead of timing them now")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--out", type=Path, default=Path("specdec-analysis"), help="output directory")
     _add_remote_args(p)
@@ -131,6 +133,7 @@ def run(args) -> int:
         method = (f"the draft model `{models.draft_path.name}`" if spec.method == "draft"
                   else f"method `{spec.method}`")
         paths = analyze(models, prompts, spec_for_k, s, method, args.out, bars,
-                        full=args.grid == "full", quick=args.quick, device=args.device, threads=args.threads)
+                        full=args.grid == "full", quick=args.quick, device=args.device, threads=args.threads,
+                        remeasure=not args.cached_costs)
     print(f"wrote {paths['html']}, {paths['md']} and {paths['json']}")
     return 0

@@ -1,0 +1,90 @@
+"""End to end: `specdec analyze` on the tiny checkpoints with tiny settings, and its report."""
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from specdec.cli import main
+
+ARGS = ["--workload", "code", "--k", "1,3", "--batch-sizes", "1,2", "--temperatures", "0,1",
+        "--repeats", "2", "--max-new-tokens", "8", "--prompt-tokens", "16", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_dirs, tmp_path_factory):
+    target, draft = tiny_dirs
+    out = tmp_path_factory.mktemp("analysis")
+    assert main(["analyze", "--target", str(target), "--draft", str(draft), *ARGS, "--out", str(out)]) == 0
+    return out
+
+
+def test_writes_all_outputs(run_dir):
+    for name in ("results.json", "report.md", "report.html"):
+        assert (run_dir / name).stat().st_size > 0
+    for name in ("speedup_vs_alpha", "speedup_vs_batch", "acceptance_by_position", "tokens_per_round",
+                 "cost_curve"):
+        assert (run_dir / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_results_cover_the_grid_and_are_consistent(run_dir):
+    res = json.loads((run_dir / "results.json").read_text())
+    cells = {(c["workload"], c["k"], c["batch"], c["temperature"]) for c in res["cells"]}
+    # star grid: batch 1 at both temperatures, batch 2 at temperature 0, for k = 1 and 3
+    assert cells == {("code", k, b, t) for k in (1, 3) for b, t in [(1, 0.0), (1, 1.0), (2, 0.0)]}
+    for c in res["cells"]:
+        assert c["groups"] == 2 and len(c["speedups"]) == 2
+        assert c["speedup"] > 0 and c["plain_tok_s"] > 0 and c["spec_tok_s"] > 0
+        assert 0 <= c["alpha"] <= 1 and 1 <= c["tokens_per_step"] <= c["k"] + 1
+        assert sum(c["accepted_length_hist"].values()) == c["drafts"] > 0
+        assert len(c["accepted_per_pos"]) == c["k"]
+        assert c["pred_iid"] > 0 and c["pred_positional"] > 0
+        if c["temperature"] == 0:
+            assert c["identical_to_plain"] is True      # lossless: greedy output equals plain
+        else:
+            assert c["identical_to_plain"] is None
+    assert res["errors"]["greedy_identical"] is True and res["errors"]["greedy_cells_checked"] == 4
+    assert [r["regime"] for r in res["regimes"]] == ["predictable text", "heavy batching"]
+    be = res["break_even"]["1"]
+    assert set(be) == {str(k) for k in range(1, 9)}
+    # the verdict is generated from the measured cells
+    top = max((c for c in res["cells"] if c["batch"] == 1 and c["temperature"] == 0), key=lambda c: c["speedup"])
+    assert f"{top['speedup']:.2f}×" in res["verdict"] and "`code`" in res["verdict"]
+
+
+def test_report_html_is_self_contained(run_dir):
+    html = (run_dir / "report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    assert html.count("<table>") >= 5
+    imgs = re.findall(r'<img [^>]*src="([^"]+)"', html)
+    assert len(imgs) == 5 and all(s.startswith("data:image/png;base64,") for s in imgs)
+    assert not re.search(r'(src|href)="(http|//)', html)             # no network needed
+    assert '<p class="verdict">' in html and "regime" in html and "tokens per target step" in html
+    md = (run_dir / "report.md").read_text()
+    assert md.startswith("# ") and "| regime |" in md and "![" in md
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
+def test_report_renders_in_headless_chromium(run_dir, tmp_path):
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(["chromium", *flags, "--dump-dom", (run_dir / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert "<table>" in dom and dom.count("data:image/png;base64,") == 5
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", *flags, f"--screenshot={shot}", "--window-size=1000,2000",
+                    (run_dir / "report.html").as_uri()], capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_bad_arguments_exit_2(tiny_dirs, tmp_path, capsys):
+    target, draft = tiny_dirs
+    with pytest.raises(SystemExit) as e:
+        main(["analyze", "--target", str(target), "--k", "one", "--out", str(tmp_path)])
+    assert e.value.code == 2
+    rc = main(["analyze", "--target", str(target), "--draft", str(draft), "--k", "0", "--out", str(tmp_path)])
+    assert rc == 2 and "--k values" in capsys.readouterr().err
+    rc = main(["analyze", "--target", str(target), "--method", "none", *ARGS, "--out", str(tmp_path)])
+    assert rc == 2 and "nothing to analyze" in capsys.readouterr().err
