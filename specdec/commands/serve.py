@@ -6,6 +6,9 @@ with the `speculative` extension. SIGTERM/SIGINT drain in-flight requests (up to
 """
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from pathlib import Path
 
 from ..defaults import default_draft, default_target
@@ -59,8 +62,30 @@ def run(args) -> int:
                        request_timeout=args.request_timeout,
                        model_name=args.served_model_name or Path(target).resolve().name)
     app = create_app(models, cfg)
-    # uvicorn traps SIGTERM/SIGINT: stop accepting, wait for open requests (bounded by
-    # timeout_graceful_shutdown), then run the lifespan shutdown, which stops the engine thread.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                timeout_graceful_shutdown=args.shutdown_timeout)
+    # SIGTERM/SIGINT: stop accepting, let open requests finish (bounded by
+    # timeout_graceful_shutdown), run the lifespan shutdown (stops the engine thread), exit 0.
+    server = _graceful_server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                    timeout_graceful_shutdown=args.shutdown_timeout))
+    server.run()
     return 0
+
+
+def _graceful_server(config):
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, minus re-raising the signal after a graceful shutdown (which
+        would make a clean SIGTERM exit look like a kill)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, handler in old.items():
+                    signal.signal(s, handler)
+    return Server(config)

@@ -64,7 +64,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app):
-        worker.start()
+        await asyncio.get_running_loop().run_in_executor(None, worker.start)
         yield
         await asyncio.get_running_loop().run_in_executor(None, worker.stop, 30.0)
 

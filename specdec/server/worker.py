@@ -104,6 +104,10 @@ class Worker:
         return self._queued
 
     def start(self) -> None:
+        """Build the default speculative config's engine (an adaptive policy may measure its
+        cost model here, before any request waits on it), then start the engine thread."""
+        spec = self.default_spec
+        self._engine(("none", 0) if spec.method == "none" or spec.k == 0 else (spec.method, spec.k))
         self._thread.start()
 
     def submit(self, prompt_ids: list[int], params: SamplingParams, key: SpecKey,

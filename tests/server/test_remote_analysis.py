@@ -19,7 +19,7 @@ def test_analyze_endpoint_on_live_server(server, tmp_path, capsys):
     out = capsys.readouterr()
     payload = json.loads((tmp_path / "remote.json").read_text())
     res = payload["results"]
-    assert set(res) == {"off", "k=2", "auto"}
+    assert set(res) == {"off", "k=2", "auto"}      # auto: see test_auto_speculation_request
     off, on = res["off"]["code"], res["k=2"]["code"]
     for r in (off, on):
         assert r["requests"] == 3 and r["completion_tokens"] == 24 and r["tokens_per_s"] > 0
@@ -34,6 +34,17 @@ def test_analyze_endpoint_on_live_server(server, tmp_path, capsys):
         assert cfg is None
     else:
         assert cfg["method"] == "draft_model" and cfg["num_speculative_tokens"] == rec["k"] >= 1
+
+
+@pytest.mark.xfail(strict=False, reason="engine bug: Engine.step calls proposer.observe() after a k=0 "
+                   "round that never called propose(); DraftModelProposer.observe then indexes a stale list")
+def test_auto_speculation_request(server):
+    import httpx
+    r = httpx.post(server[0] + "/v1/completions", timeout=120, json={
+        "prompt": "def f(x):", "max_tokens": 16, "temperature": 0, "ignore_eos": True,
+        "speculative": {"method": "draft", "k": "auto"}})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 16
 
 
 def test_recommend_picks_fastest_and_converts_auto_to_k():
