@@ -46,16 +46,14 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     cfg = ModelConfig.from_file(path / "config.json")
     sd = _read_state_dict(path)
     model = LlamaModel(cfg)
-    if cfg.tie_word_embeddings:
-        sd.pop("lm_head.weight", None)
-    elif "lm_head.weight" not in sd and "model.embed_tokens.weight" in sd:
-        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # some checkpoints omit it
+    if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied, or omitted by the checkpoint
     sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq")}
     try:
         model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=True)
     except RuntimeError as e:
-        first = str(e).splitlines()[0] if str(e) else "shape mismatch"
-        raise CheckpointError(f"weights in {path} do not match config.json: {first}") from e
+        detail = " ".join(str(e).split())[:300]
+        raise CheckpointError(f"weights in {path} do not match config.json: {detail}") from e
     model = model.to(device=device, dtype=dtype)
     if prepare:
         model.prepare(choose_kernel(torch.device(device).type, cfg.hidden_size,

@@ -1,0 +1,92 @@
+"""Speculative sampling is lossless: statistical tests at fixed seeds."""
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specdec.verify.greedy import greedy_verify
+from specdec.verify.rejection import rejection_verify
+
+V = 6
+N = 40000
+
+
+def _dist(*xs):
+    t = torch.tensor(xs, dtype=torch.float64)
+    return (t / t.sum()).float()
+
+
+CASES = {
+    "p_equals_q": (_dist(1, 2, 3, 4, 5, 6), _dist(1, 2, 3, 4, 5, 6)),
+    "disjoint": (_dist(1, 1, 1, 0, 0, 0), _dist(0, 0, 0, 1, 2, 3)),
+    "q_zero_where_p_positive": (_dist(1, 2, 3, 4, 0, 0), _dist(0, 0, 5, 1, 2, 2)),
+    "skewed": (_dist(10, 1, 1, 1, 1, 1), _dist(1, 1, 1, 1, 1, 10)),
+    "one_hot_q": (_dist(3, 1, 2, 1, 1, 2), None),
+}
+
+
+def _run_single_step(p, q, seed):
+    """Draw N independent single-draft rounds: x ~ q (or fixed one-hot token), verify, return output."""
+    g = torch.Generator().manual_seed(seed)
+    if q is None:
+        draft = torch.full((N, 1), 2, dtype=torch.long)  # a proposer with no probabilities
+        qs = None
+    else:
+        draft = torch.multinomial(q.expand(N, V), 1, replacement=True, generator=g)
+        qs = q.expand(N, 1, V)
+    ps = p.expand(N, 2, V).clone()
+    u = torch.rand(N, 2, generator=g)
+    n_acc, nxt = rejection_verify(ps, qs, draft, torch.ones(N, dtype=torch.long), u[:, :1], u[:, 1])
+    # the emitted token: the draft if accepted, else the recovered token
+    out = torch.where(n_acc == 1, draft[:, 0], nxt)
+    return out, n_acc
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_single_step_output_is_distributed_as_p(name):
+    p, q = CASES[name]
+    out, n_acc = _run_single_step(p, q, seed=1234)
+    counts = np.bincount(out.numpy(), minlength=V)
+    expected = p.double().numpy() / p.double().sum().item() * N
+    support = expected > 0
+    assert counts[~support].sum() == 0, "emitted a token outside p's support"
+    stat, pval = chisquare(counts[support], expected[support])
+    assert pval > 1e-3, (name, counts, expected, pval)
+    # acceptance rate equals sum(min(p, q)) (one-hot q: p(x) of the fixed token)
+    beta = (torch.minimum(p, q).sum() if q is not None else p[2]).item()
+    se = (beta * (1 - beta) / N) ** 0.5
+    assert abs(n_acc.float().mean().item() - beta) < 5 * se + 1e-9
+
+
+def test_bonus_token_is_drawn_from_p_when_all_accepted():
+    p = _dist(1, 2, 3, 4, 5, 6)
+    ps = torch.stack([p, _dist(6, 5, 4, 3, 2, 1)]).expand(N, 2, V)
+    draft = torch.zeros(N, 1, dtype=torch.long)
+    g = torch.Generator().manual_seed(7)
+    u = torch.rand(N, 2, generator=g)
+    # q is one-hot at token 0 and p(0) = 1/21: accepted rounds emit a bonus from ps[:, 1]
+    n_acc, nxt = rejection_verify(ps, None, draft, torch.ones(N, dtype=torch.long), u[:, :1] * 0, u[:, 1])
+    assert bool((n_acc == 1).all())  # u = 0 always accepts
+    counts = np.bincount(nxt.numpy(), minlength=V)
+    ref = ps[0, 1].double().numpy()
+    assert chisquare(counts, ref / ref.sum() * N).pvalue > 1e-3
+
+
+def test_rows_respect_their_own_draft_length():
+    p = torch.softmax(torch.randn(3, 4, V), -1)
+    draft = p[:, :3].argmax(-1)
+    n_acc, _ = greedy_verify(p.log(), draft, torch.tensor([0, 1, 3]))
+    assert n_acc.tolist() == [0, 1, 3]
+    u = torch.zeros(3, 3)  # u = 0 accepts every valid draft
+    n_acc, _ = rejection_verify(p, None, draft, torch.tensor([0, 1, 3]), u, torch.zeros(3))
+    assert n_acc.tolist() == [0, 1, 3]
+
+
+def test_greedy_stops_at_first_mismatch():
+    logits = torch.full((1, 4, V), -1.0)
+    for j, t in enumerate([2, 3, 4, 5]):
+        logits[0, j, t] = 1.0
+    n_acc, nxt = greedy_verify(logits, torch.tensor([[2, 0, 4]]), torch.tensor([3]))
+    assert (n_acc.item(), nxt.item()) == (1, 3)   # recovered token at the mismatch
+    n_acc, nxt = greedy_verify(logits, torch.tensor([[2, 3, 4]]), torch.tensor([3]))
+    assert (n_acc.item(), nxt.item()) == (3, 5)   # bonus token after all accepted
