@@ -1,0 +1,137 @@
+"""Every proposer on every workload, side by side with plain decoding, in one run.
+
+    python benchmarks/proposers.py --out results/proposers [--quick] [--k 4] [--repeats 3]
+
+For each workload (code, prose, grounded, random; specdec.analysis.workloads) and each
+method (none = plain, draft, ngram, suffix, layerskip, auto) it greedy-decodes the same
+prompts with the bundled models and records acceptance rate, mean acceptance length,
+tokens/s (output tokens / wall time of the whole generate call, prefill included) and
+the speed-up over plain. After one untimed warm-up per method, methods run in alternating order per repeat (forward, then
+reversed) with a fresh engine each time; figures are medians over repeats, the speed-up
+is the median of per-repeat ratios to that repeat's plain run. torch threads are set
+explicitly (--threads, default 2). Writes proposers.json and proposers.md to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from specdec.analysis.workloads import WORKLOADS, load_workload
+from specdec.commands.common import _k
+from specdec.config import EngineConfig, SamplingParams, SpecConfig
+from specdec.defaults import default_draft, default_target
+from specdec.engine.build import load_models
+from specdec.engine.engine import Engine
+
+METHODS = ("none", "draft", "ngram", "suffix", "layerskip", "auto")
+
+
+def run_once(models, method: str, k, prompts, new_tokens: int, options: dict) -> dict:
+    spec = SpecConfig(method=method, k=0 if method == "none" else k, options=options)
+    longest = max(len(p) for p in prompts) + new_tokens + 1
+    cfg = EngineConfig(max_batch=1, max_model_len=min(longest, models.target.config.max_position_embeddings))
+    eng = Engine(models.target, spec, cfg, draft=models.draft if method in ("draft", "auto") else None)
+    params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    t = time.perf_counter()
+    seqs = eng.generate(prompts, params)
+    wall = time.perf_counter() - t
+    m = eng.metrics
+    out = {"tokens": sum(s.num_output for s in seqs), "wall_s": wall,
+           "tokens_per_s": sum(s.num_output for s in seqs) / wall,
+           "acceptance_rate": m.acceptance_rate, "mean_acceptance_length": m.mean_acceptance_length,
+           "outputs": [s.output_ids for s in seqs]}
+    if hasattr(eng.proposer, "share"):
+        out["arm_share"] = eng.proposer.share()
+    return out
+
+
+def bench_workload(models, name: str, prompts, methods, k, new_tokens, repeats, options) -> dict:
+    runs = {m: [] for m in methods}
+    for m in methods:                        # untimed warm-up: kernels, caches, calibration
+        run_once(models, m, k, prompts[:1], min(8, new_tokens), options)
+    for r in range(repeats):
+        for m in (methods if r % 2 == 0 else list(reversed(methods))):
+            runs[m].append(run_once(models, m, k, prompts, new_tokens, options))
+    plain = runs["none"]
+    res = {}
+    for m in methods:
+        rs = runs[m]
+        res[m] = {
+            "tokens_per_s": statistics.median(x["tokens_per_s"] for x in rs),
+            "speedup": statistics.median(x["tokens_per_s"] / p["tokens_per_s"] for x, p in zip(rs, plain)),
+            "acceptance_rate": statistics.median(x["acceptance_rate"] for x in rs),
+            "mean_acceptance_length": statistics.median(x["mean_acceptance_length"] for x in rs),
+            "identical_to_plain": all(x["outputs"] == p["outputs"] for x, p in zip(rs, plain)),
+            "repeats": [{kk: v for kk, v in x.items() if kk != "outputs"} for x in rs],
+        }
+    return res
+
+
+def markdown(results: dict, meta: dict) -> str:
+    lines = [f"k = {meta['k']}, {meta['n']} prompts per workload, {meta['new_tokens']} new tokens each, "
+             f"batch 1, greedy, {meta['threads']} threads, median of {meta['repeats']} repeats.", "",
+             "| workload | method | acceptance | mean acc. length | tokens/s | speed-up | = plain |",
+             "|---|---|---:|---:|---:|---:|:-:|"]
+    for w, per in results.items():
+        for m, r in per.items():
+            lines.append(f"| {w} | {m} | {r['acceptance_rate']:.2f} | {r['mean_acceptance_length']:.2f} | "
+                         f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {'yes' if r['identical_to_plain'] else 'NO'} |")
+    best = []
+    for w, per in results.items():
+        singles = {m: r["speedup"] for m, r in per.items() if m != "auto"}
+        top = max(singles, key=singles.get)
+        if "auto" in per:
+            best.append(f"- {w}: best single = {top} ({singles[top]:.2f}x); auto = {per['auto']['speedup']:.2f}x "
+                        f"({per['auto']['speedup'] / singles[top]:.0%} of best)")
+    return "\n".join(lines + [""] + best) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--target", type=Path, default=None, help="default: the bundled target")
+    p.add_argument("--draft", type=Path, default=None, help="default: the bundled draft")
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--k", type=_k, default=4)
+    p.add_argument("--n", type=int, default=4, help="prompts per workload")
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--layerskip-layers", type=int, help="default: measured on the target")
+    p.add_argument("--quick", action="store_true", help="smoke run: 1 prompt, 16 new tokens, 1 repeat")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.n, a.new_tokens, a.repeats, a.prompt_tokens = 1, 16, 1, 48
+    torch.set_num_threads(a.threads)
+    models = load_models(a.target or default_target(), a.draft or default_draft(), threads=a.threads)
+    methods = [m for m in a.methods.split(",") if m]
+    if "none" not in methods:
+        methods.insert(0, "none")
+    options = {"ngram_min": 1, "ngram_max": 4}
+    if a.layerskip_layers is not None:
+        options["layerskip_layers"] = a.layerskip_layers
+    results = {}
+    for w in [w for w in a.workloads.split(",") if w]:
+        prompts = load_workload(w, models.tokenizer, n=a.n, prompt_tokens=a.prompt_tokens)
+        results[w] = bench_workload(models, w, prompts, methods, a.k, a.new_tokens, a.repeats, options)
+        print(f"{w}: " + ", ".join(f"{m} {r['speedup']:.2f}x" for m, r in results[w].items()), flush=True)
+    meta = {"k": a.k, "n": a.n, "new_tokens": a.new_tokens, "repeats": a.repeats, "threads": a.threads,
+            "prompt_tokens": a.prompt_tokens, "target": str(models.target_path), "draft": str(models.draft_path),
+            "torch": torch.__version__, "machine": platform.machine(), "quick": a.quick}
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "proposers.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    (a.out / "proposers.md").write_text(markdown(results, meta))
+    print(markdown(results, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
