@@ -96,3 +96,12 @@ def test_seeded_sampling_is_reproducible(client, server):
     assert a == b
     wait_idle(server[1])
     assert server[1].state.worker.leaks() == []
+
+
+@pytest.mark.parametrize("spec", [{"method": "ngram", "k": 3}, {"method": "suffix", "k": 2},
+                                  {"method": "draft", "k": "heuristic"}])
+def test_other_methods_are_lossless(client, spec):
+    kw = dict(model="tiny", prompt="a = 1\nb = 2\na = 1\n", max_tokens=12, temperature=0)
+    off = client.completions.create(**kw, extra_body={"ignore_eos": True, "speculative": {"method": "none"}})
+    on = client.completions.create(**kw, extra_body={"ignore_eos": True, "speculative": spec})
+    assert on.choices[0].text == off.choices[0].text
