@@ -79,3 +79,17 @@ def test_parse_metrics_reads_vllm_exposition():
     assert m["vllm:spec_decode_num_drafts"] == 10 and m["per_pos"] == {1: 4.0}
     assert not any(k.endswith("_bucket") or k.endswith("_created") for k in m)
     assert percentile([3, 1, 2, 4], 50) == 2 and percentile([3, 1, 2, 4], 99) == 4
+
+
+def test_two_endpoints_when_server_cannot_switch_per_request(server, monkeypatch):
+    from specdec.analysis import remote
+    monkeypatch.setattr(remote.Endpoint, "supports_speculative", lambda self: False)
+    url, _ = server
+    ep, base = remote.Endpoint(url, None, None), remote.Endpoint(url, None, "tiny")
+    res = remote.measure(ep, base, {"w": ["def f(x):", "import os"]},
+                         {"ks": [2], "method": None, "max_tokens": 6, "concurrency": 2})
+    assert set(res) == {"on", "off"}
+    for r in (res["on"]["w"], res["off"]["w"]):
+        assert r["requests"] == 2 and r["completion_tokens"] == 12
+    # no `speculative` field was sent, so both ran the server default (draft, k=3)
+    assert res["on"]["w"]["drafts"] > 0 and res["off"]["w"]["drafts"] > 0
