@@ -143,11 +143,73 @@ def convert(hf_dir: str | Path, version: str = VERSION) -> Path:
 def tokenize(bins: Path, gguf: Path, text: str) -> list[int]:
     """llama.cpp's token ids for `text` (BOS added as the model's metadata says)."""
     r = subprocess.run([str(bins / "llama-tokenize"), "-m", str(gguf), "--ids", "--log-disable",
-                        "--stdin"], input=text, capture_output=True, text=True, check=True)
+                        "--no-escape", "--stdin"], input=text, capture_output=True, text=True, check=True)
     m = re.search(r"\[([\d,\s]*)\]\s*$", r.stdout)
     if not m:
         raise RuntimeError(f"cannot parse llama-tokenize output: {r.stdout[-300:]!r}")
     return [int(x) for x in m.group(1).replace(",", " ").split()]
+
+
+_NUM = r"([0-9.]+)"
+
+
+def parse_timing(stdout: str, stderr: str, n: int) -> tuple[int, float | None, float | None]:
+    """(new tokens, seconds of prompt + decode, acceptance or None) from a program's logs."""
+    log = stdout + stderr
+    enc = re.search(rf"encoded\s+\d+ tokens in\s+{_NUM} seconds", log)
+    dec = re.search(rf"decoded\s+(\d+) tokens in\s+{_NUM} seconds", log)
+    if dec:  # llama-speculative / llama-lookup
+        drafted = re.search(r"n_drafted\s*=\s*(\d+)", log)
+        acc = re.search(r"n_accept\s*=\s*(\d+)", log)
+        a = int(acc.group(1)) / int(drafted.group(1)) if acc and drafted and int(drafted.group(1)) else None
+        return int(dec.group(1)), float(dec.group(2)) + (float(enc.group(1)) if enc else 0.0), a
+    pe = re.search(rf"prompt eval time =\s*{_NUM} ms", log)
+    ev = re.search(rf"\beval time =\s*{_NUM} ms /\s*(\d+) runs", log)
+    if pe and ev:  # llama-completion (llama_perf_context_print); the first token comes from the prompt pass
+        return int(ev.group(2)) + 1, (float(pe.group(1)) + float(ev.group(1))) / 1000, None
+    return n, None, None
+
+
+def generated_text(stdout: str, prompt_text: str, display_prompt: bool) -> str:
+    """The continuation printed by a program (which may echo the prompt first)."""
+    out = stdout
+    if display_prompt:
+        i = out.find(prompt_text)
+        out = out[i + len(prompt_text):] if i >= 0 else out
+    return out[:-2] if out.endswith("\n\n") else out
+
+
+class LlamaCppRunner:
+    """One llama.cpp program as a benchmark row; `decode` maps our token ids to text."""
+    group = "llama.cpp"
+
+    def __init__(self, name, program, bins: Path, gguf: Path, decode, setting="", threads=2,
+                 draft_gguf: Path | None = None, extra=()):
+        self.name, self.program, self.bins, self.gguf, self.decode = name, program, bins, gguf, decode
+        self.setting, self.threads, self.draft_gguf, self.extra = setting, threads, draft_gguf, list(extra)
+
+    def command(self, prompt_text: str, greedy: bool, seed: int, n: int) -> list[str]:
+        t = str(self.threads)
+        cmd = [str(self.bins / self.program), "-m", str(self.gguf), "-p", prompt_text, "--no-escape",
+               "-n", str(n), "-t", t, "-tb", t, "-c", "2048", "--ignore-eos", "--seed", str(seed),
+               "--top-k", "0", "--top-p", "1", "--min-p", "0", "--temp", "0" if greedy else "1"]
+        if self.program == "llama-completion":
+            cmd += ["-no-cnv", "--no-display-prompt"]
+        if self.draft_gguf is not None:
+            cmd += ["-md", str(self.draft_gguf), "-td", t]
+        return cmd + self.extra
+
+    def run(self, prompt_ids, greedy: bool, seed: int, n: int) -> dict:
+        text = self.decode(list(prompt_ids)[1:])  # llama.cpp adds the BOS itself
+        r = subprocess.run(self.command(text, greedy, seed, n), capture_output=True)
+        out, err = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+        if r.returncode != 0:
+            raise RuntimeError(f"{self.program} failed ({r.returncode}): {err[-800:]}")
+        n_new, secs, acc = parse_timing(out, err, n)
+        if secs is None:
+            raise RuntimeError(f"{self.program}: no timing found in its log: {err[-800:]}")
+        return {"n_new": n_new, "seconds": secs, "tokens": None, "acceptance": acc,
+                "text": generated_text(out, text, self.program != "llama-completion")}
 
 
 def main(argv=None) -> int:
