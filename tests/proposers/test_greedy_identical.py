@@ -60,3 +60,11 @@ def test_batch_one_and_batched_agree(loopy_target):
     alone = [_run(loopy_target, SpecConfig(method="auto", k=4), [p], draft=draft, max_batch=1)[0][0]
              for p in ps]
     assert batched == alone
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_matches_plain_with_adaptive_k(pair, method):
+    """With k chosen each round by the adaptive policy (the CLI default)."""
+    target, draft, prompts, plain = pair
+    out, _ = _run(target, SpecConfig(method=method, k="auto"), prompts[0], draft=draft)
+    assert out == plain[0]
