@@ -12,6 +12,7 @@ import asyncio
 import hmac
 import importlib.util
 import json
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -85,6 +86,8 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
 
     @app.get("/health")
     async def health():
+        if not worker.alive:
+            return _err(503, "the engine thread is not running", "service_unavailable")
         return {"status": "ok", "running": worker.num_running, "waiting": worker.num_waiting}
 
     @app.get("/metrics")
@@ -212,7 +215,8 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
 async def _events(request: Request, worker: Worker, h: Handle, stream: TextStream):
     """Yield ("text", delta) then ("finish", reason); abort on disconnect or stop string.
     Raises HTTPError for a failed or timed-out request."""
-    finished = False
+    finished, reason = False, "abort"
+    give_up = time.monotonic() + worker.request_timeout + 10     # if the engine thread died
     try:
         while True:
             try:
@@ -220,6 +224,8 @@ async def _events(request: Request, worker: Worker, h: Handle, stream: TextStrea
             except asyncio.TimeoutError:
                 if await request.is_disconnected():
                     return
+                if time.monotonic() > give_up or not worker.alive:
+                    raise HTTPError(500, "the engine thread stopped answering", "server_error")
                 continue
             if kind == "error":
                 finished = True
@@ -230,6 +236,7 @@ async def _events(request: Request, worker: Worker, h: Handle, stream: TextStrea
                 if delta:
                     yield "text", delta
                 if stream.stopped:
+                    reason = "stop"
                     yield "finish", "stop"
                     return
                 continue
@@ -244,7 +251,7 @@ async def _events(request: Request, worker: Worker, h: Handle, stream: TextStrea
             return
     finally:
         if not finished:
-            worker.abort(h)     # frees the request's cache rows at once (no-op if already done)
+            worker.abort(h, reason)   # frees the request's cache rows at once (no-op if done)
 
 
 def _usage(h: Handle, stream: TextStream) -> P.Usage:

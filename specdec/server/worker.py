@@ -120,11 +120,16 @@ class Worker:
                 raise QueueFull(f"the request queue is full ({self.max_queue} waiting); retry later")
             self._queued += 1
         h = Handle(prompt_ids, params, key, time.perf_counter() + self.request_timeout, loop)
-        self._inbox.put(("add", h))
+        self._inbox.put(("add", h, None))
         return h
 
-    def abort(self, h: Handle) -> None:
-        self._inbox.put(("abort", h))
+    def abort(self, h: Handle, reason: str = "abort") -> None:
+        """Stop `h` (client gone: "abort"; stop string reached: "stop"); frees its rows."""
+        self._inbox.put(("abort", h, reason))
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Refuse new requests, let running ones finish for up to `timeout` s, abort the rest."""
@@ -176,14 +181,14 @@ class Worker:
         except queue.Empty:
             return
         while True:
-            kind, h = cmd
+            kind, h, reason = cmd
             if kind == "add":
                 self._pending.append(h)
             elif kind == "abort" and not h.done:
                 if h.seq is None:
-                    self._drop_pending(h, "abort")
+                    self._drop_pending(h, reason)
                 else:
-                    self._finish(h.key, h, "abort", abort=True)
+                    self._finish(h.key, h, reason, abort=True)
             try:
                 cmd = self._inbox.get_nowait()
             except queue.Empty:
