@@ -68,7 +68,8 @@ class AutoProposer(BaseProposer):
         self.chosen: list[int] | None = None
         self.used: list[int] = []
         self.t0 = 0.0
-        self.history: list[list[int]] = []                   # arms chosen per round (for analysis)
+        self.history: list[list[int]] = []                   # arms chosen per recent round
+        self.history_cap = 20000
 
     # ---- lifecycle, forwarded to every sub-proposer ------------------------------------------
     def start(self, row, seq):
@@ -131,6 +132,8 @@ class AutoProposer(BaseProposer):
         drafts = {i: self.arms[i].propose(context, k) for i in used}
         self.chosen, self.used = chosen, used
         self.history.append(chosen)
+        if len(self.history) > self.history_cap:              # bounded memory in a long-lived server
+            del self.history[: self.history_cap // 2]
         return merge([drafts[i] for i in chosen], list(drafts.values()))
 
     def observe(self, num_accepted):

@@ -6,12 +6,16 @@ measurement: `measure_layers` decodes the given prompts with every candidate L' 
 reports acceptance, mean acceptance length and tokens/s next to plain decoding;
 `choose_layers` picks the L' with the highest measured tokens/s. The option
 `layerskip_layers` overrides the choice; without it the factory calibrates once per
-target model on short prompts the target samples itself (in-distribution by construction).
+target model on short prompts the target samples itself (in-distribution by construction)
+and caches the choice on disk (see `calibrated_layers`).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 import weakref
+from pathlib import Path
 
 import torch
 
@@ -96,11 +100,34 @@ def self_prompts(target, n: int = 2, length: int = 24, seed: int = 0) -> list[li
     return ids.tolist()
 
 
+def _calibration_file(target, k: int) -> Path:
+    """Where the choice for these weights, on this machine and thread count, is cached."""
+    from ..analysis.cost_model import identity_hash, model_identity
+    from ..train.data import cache_dir
+    h = hashlib.sha256(json.dumps(model_identity(target), sort_keys=True).encode() + str(k).encode())
+    for p in target.parameters():                  # the weights decide acceptance: sample them
+        h.update(p.detach().reshape(-1)[:4096].float().cpu().numpy().tobytes())
+    d = cache_dir() / "layerskip"
+    d.mkdir(parents=True, exist_ok=True)
+    return d / f"{identity_hash({'h': h.hexdigest()})}.json"
+
+
 def calibrated_layers(target, k: int = 4) -> int:
-    """L' for `target` measured once on self-sampled prompts, then remembered."""
+    """L' for `target` measured once on self-sampled prompts, then remembered (in memory
+    and in the specdec cache directory, keyed by weights, machine and threads)."""
     if target not in _CHOSEN:
         n = target.config.num_hidden_layers
-        _CHOSEN[target] = 1 if n == 2 else choose_layers(target, self_prompts(target), k=k, new_tokens=24)
+        if n == 2:
+            _CHOSEN[target] = 1
+        else:
+            path = _calibration_file(target, k)
+            try:
+                _CHOSEN[target] = int(json.loads(path.read_text())["layers"])
+            except (OSError, ValueError, KeyError):
+                rows = measure_layers(target, self_prompts(target), k=k, new_tokens=24)
+                best = max((r for r in rows if r["layers"] > 0), key=lambda r: r["tokens_per_s"])
+                path.write_text(json.dumps({"layers": best["layers"], "measured": rows}))
+                _CHOSEN[target] = best["layers"]
     return _CHOSEN[target]
 
 
