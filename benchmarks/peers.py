@@ -117,20 +117,21 @@ def tune(runners, prompt, args, log) -> list:
             r.threads = max(times, key=times.get)
             best_tps[r.name] = times[r.threads]
             log(f"  tune {r.name}: " + ", ".join(f"{t} thr {v:.1f} tok/s" for t, v in times.items()))
-    keep, fams = [], {}
+    fams = {}  # family -> fastest member
     for r in runners:
-        if getattr(r, "error", None):
-            keep.append(r)
-            continue
-        m = re.match(r"^(.*) k=(\d+)$", r.name)
+        m = None if getattr(r, "error", None) else re.match(r"^(.*) k=(\d+)$", r.name)
+        if m and (m.group(1) not in fams or best_tps[r.name] > best_tps[fams[m.group(1)].name]):
+            fams[m.group(1)] = r
+    keep, seen = [], set()
+    matches = [None if getattr(r, "error", None) else re.match(r"^(.*) k=(\d+)$", r.name) for r in runners]
+    for r, m in zip(runners, matches):  # keep the original order; a family takes its first member's place
         if not m:
             keep.append(r)
-        elif m.group(1) not in fams or best_tps[r.name] > best_tps[fams[m.group(1)].name]:
-            fams[m.group(1)] = r
-    for fam, r in fams.items():
-        r.setting = f"best of k={args.ks}: {r.setting}"
-        r.name = fam
-        keep.append(r)
+        elif m.group(1) not in seen:
+            seen.add(m.group(1))
+            best = fams[m.group(1)]
+            best.setting, best.name = f"best of k={args.ks}: {best.setting}", m.group(1)
+            keep.append(best)
     return keep
 
 
@@ -170,6 +171,8 @@ def identities(runners, runs, prompts, tok) -> dict:
         ref = [next((x.get("tokens") for x in runs.get("specdec plain", {}).get(f"greedy/{wl}", [])
                      if x.get("prompt") == i and x.get("rep") == 0), None) for i in range(len(plist))]
         for r in runners:
+            if "(draft model)" in r.name:
+                continue
             got = [next((x for x in runs[r.name].get(f"greedy/{wl}", [])
                          if x.get("prompt") == i and x.get("rep") == 0), {}) for i in range(len(plist))]
             if all(g.get("tokens") is not None for g in got):
@@ -252,11 +255,15 @@ def roofline_section(args, models, table_rows, log) -> dict:
     out = {"bandwidth_GBps": bw / 1e9, "target_weight_MB": roofline.weight_bytes(tcfg) / 1e6,
            "target_plain_bound_tok_s": tp, "draft_plain_bound_tok_s": dp, "c_bytes": tp and dp and tp / dp}
     cell = f"greedy/{args.workloads[0]}"
-    draft_row = next((r for r in table_rows if r["name"] == "specdec draft" and not r.get("skip")), None)
-    alpha = draft_row and draft_row["cells"].get(cell, {}).get("acceptance")
+    tok = {r["name"]: r.get("cells", {}).get(cell, {}) for r in table_rows if not r.get("skip")}
+    pt, pd = tok.get("specdec plain", {}).get("tok_s"), tok.get("specdec plain (draft model)", {}).get("tok_s")
+    out["c_measured"] = pt / pd if pt and pd else None
+    alpha = tok.get("specdec draft", {}).get("acceptance")
     if alpha is not None:
         out["alpha_measured"] = alpha
-        out["spec_bound_tok_s"], out["spec_bound_k"] = roofline.spec_bound(tp, alpha, out["c_bytes"])
+        c = out["c_measured"] or out["c_bytes"]
+        out["spec_bound_c"] = c
+        out["spec_bound_tok_s"], out["spec_bound_k"] = roofline.spec_bound(tp, alpha, c)
     log(f"roofline: {out}")
     return out
 

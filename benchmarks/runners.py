@@ -104,12 +104,31 @@ def specdec_rows(models, ks, threads: int, max_len: int) -> tuple[list, list[dic
     wanted += [("specdec ngram", SpecConfig(method="ngram", k=max(ks)), f"k={max(ks)}"),
                ("specdec auto", SpecConfig(method="auto", k="auto"), "method=auto, k=auto")]
     runners, skipped = [], []
+    if models.draft is not None:  # reference row: the draft's own decode speed, for c = t_draft / t_target
+        from specdec.engine.build import Models
+        dm = Models(target=models.draft, tokenizer=models.tokenizer)
+        try:
+            runners.append(SpecdecRunner("specdec plain (draft model)", dm, SpecConfig(method="none", k=0),
+                                         "draft model alone, k=0", threads, max_len))
+        except Skip as e:
+            skipped.append({"group": "specdec", "name": "specdec plain (draft model)", "skip": str(e)})
     for name, spec, setting in wanted:
         try:
             runners.append(SpecdecRunner(name, models, spec, setting, threads, max_len))
         except Skip as e:
             skipped.append({"group": "specdec", "name": name, "skip": str(e)})
     return runners, skipped
+
+
+def _resolved(gc):
+    """The generation config with transformers' global defaults filled in (as generate does)."""
+    import copy
+    gc = copy.deepcopy(gc)
+    try:
+        gc.update(**gc._get_default_generation_params(), defaults_only=True)
+    except (AttributeError, TypeError):
+        pass
+    return gc
 
 
 def hf_rows(target_dir, draft_dir, ks, threads: int) -> tuple[list, list[dict]]:
@@ -122,7 +141,7 @@ def hf_rows(target_dir, draft_dir, ks, threads: int) -> tuple[list, list[dict]]:
         return [], [{"group": "HF transformers", "name": "HF (all rows)", "skip": str(e)}]
     rows = [HFRunner("HF plain", tgt, "generate", threads)]
     if dft is not None:
-        d = dft.generation_config
+        d = _resolved(dft.generation_config)
         rows.append(HFRunner("HF assisted (defaults)", tgt, f"num_assistant_tokens={d.num_assistant_tokens}, "
                              f"{d.num_assistant_tokens_schedule}, threshold={d.assistant_confidence_threshold}",
                              threads, assistant=(dft, {})))

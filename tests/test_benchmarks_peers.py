@@ -105,3 +105,29 @@ def test_parse_llamacpp_logs():
 def test_generated_text_strips_echoed_prompt():
     assert llamacpp.generated_text("\n\n<s>hello world more\n\n", "hello world", True) == " more"
     assert llamacpp.generated_text(" more", "hello world", False) == " more"
+
+
+class _Fake:
+    """A runner whose speed depends on its name and thread count only."""
+    group = "g"
+
+    def __init__(self, name, speed, fail=False):
+        self.name, self.speed, self.fail, self.setting, self.threads = name, speed, fail, "s", 2
+
+    def run(self, prompt, greedy, seed, n):
+        if self.fail:
+            raise RuntimeError("boom")
+        return {"n_new": n, "seconds": n / (self.speed * self.threads ** 0.5 if self.threads else 1)}
+
+
+def test_tune_keeps_order_best_k_and_threads():
+    import argparse
+    import peers
+    rows = [_Fake("plain", 10), _Fake("fam k=2", 12), _Fake("fam k=4", 15), _Fake("bad", 1, fail=True),
+            _Fake("other", 5)]
+    args = argparse.Namespace(threads=[1, 2], seed=0, new_tokens=8, ks=[2, 4])
+    kept = peers.tune(rows, [0, 5, 6], args, log=lambda s: None)
+    assert [r.name for r in kept] == ["plain", "fam", "bad", "other"]
+    assert kept[1].speed == 15 and kept[1].setting.startswith("best of k=[2, 4]")
+    assert all(r.threads == 2 for r in kept if not getattr(r, "error", None))
+    assert "boom" in kept[2].error
