@@ -92,9 +92,12 @@ class Engine:
     def step(self) -> list[Sequence]:
         """Run one round for the whole batch; return the sequences that received tokens."""
         t0 = time.perf_counter()
+        for seq in self.running:
+            seq.new_tokens = []
         # 1. Admit waiting requests into free rows; prefill gives each its first token.
+        #    A step that admits does only that, so first tokens reach callers without delay.
         admitted = self._admit()
-        if not self.running:
+        if admitted or not self.running:
             return admitted
         batch = Batch(self.running, self._batch_sampling())
         B = len(batch)
@@ -142,7 +145,7 @@ class Engine:
                 self._finish(seq, seq.finish_reason)
         # 8. Free the rows of finished requests.
         self._retire()
-        return admitted + list(batch)
+        return list(batch)
 
     def _verify(self, logits, draft: Draft, n_draft, sampling: BatchSampling):
         if sampling.all_greedy:

@@ -98,7 +98,7 @@ class Sequence:
                 break
             out.append(t)
         self.token_ids.extend(out)
-        self.new_tokens = out
+        self.new_tokens.extend(out)
         if self.stats.t_first_token is None:
             self.stats.t_first_token = time.perf_counter()
         if self.finish_reason is None and self.num_output >= self.params.max_new_tokens:

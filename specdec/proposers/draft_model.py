@@ -20,7 +20,7 @@ class DraftModelProposer(BaseProposer):
     def __init__(self, model, rows: int, max_len: int, num_layers: int | None = None, name="draft"):
         self.model, self.num_layers, self.name = model, num_layers, name
         self.cache = model.new_cache(rows, max_len, num_layers)
-        self._committed: list[int] = []
+        self._committed: list[int] | None = None
 
     def start(self, row, seq):
         ids = torch.tensor([seq.token_ids[:-1]], dtype=torch.long, device=self.model.device)
@@ -78,9 +78,12 @@ class DraftModelProposer(BaseProposer):
         return Draft(tokens=tokens, probs=probs)
 
     def observe(self, num_accepted):
+        if self._committed is None:   # no proposal this round (k = 0): nothing to roll back
+            return
         for b, n in enumerate(num_accepted):
             # keep the committed tokens: the history before the round plus n accepted drafts
             self.cache.lengths[b] = min(self.cache.lengths[b], self._committed[b] + n)
+        self._committed = None
 
     def cost_key(self):
         return f"draft:{self.name}"

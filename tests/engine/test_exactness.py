@@ -1,0 +1,93 @@
+"""Greedy speculative output is token-identical to plain greedy output, by design.
+
+The target's forward is shape-invariant: a position's logits are bit-identical whether
+it is computed alone (decode) or among k+1 positions (verify), at any batch size.
+"""
+import pytest
+import torch
+
+from specdec.config import EngineConfig, SamplingParams, SpecConfig
+from specdec.engine import Engine
+from tests.conftest import make_model, perturbed, random_prompts
+
+
+def test_forward_is_bitwise_shape_invariant(tiny_target):
+    """Logits of one position do not depend on how many positions/rows share the forward."""
+    torch.manual_seed(3)
+    tokens = torch.randint(2, 8192, (3, 40))
+    caches = {}
+    outs = {}
+    for chunk in (1, 2, 5, 9):
+        cache = tiny_target.new_cache(3, 128)
+        pieces = []
+        with torch.inference_mode():
+            tiny_target(tokens[:, :20], torch.arange(20).expand(3, 20), cache)
+            cache.lengths[:3] = [20] * 3
+            for a in range(20, 40, chunk):
+                b = min(40, a + chunk)
+                pos = torch.arange(a, b).expand(3, b - a)
+                pieces.append(tiny_target(tokens[:, a:b], pos, cache))
+                cache.lengths[:3] = [b] * 3
+        outs[chunk] = torch.cat(pieces, 1)
+        caches[chunk] = cache
+    for chunk in (2, 5, 9):
+        assert torch.equal(outs[chunk], outs[1]), chunk
+    # batch size does not matter either: row 1 alone
+    cache = tiny_target.new_cache(1, 128)
+    with torch.inference_mode():
+        tiny_target(tokens[1:2, :20], torch.arange(20)[None], cache)
+        cache.lengths[0] = 20
+        solo = tiny_target(tokens[1:2, 20:25], torch.arange(20, 25)[None], cache)
+    assert torch.equal(solo[0], outs[1][1, :5])
+
+
+def _generate(target, spec, prompts, params, draft=None, max_batch=4):
+    eng = Engine(target, spec, EngineConfig(max_batch=max_batch, max_model_len=256), draft=draft)
+    return [s.output_ids for s in eng.generate(prompts, params)], eng
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 8])
+def test_greedy_identity_200_prompts(tiny_target, k):
+    prompts = random_prompts(200, seed=k)
+    params = SamplingParams(max_new_tokens=24, ignore_eos=True)
+    draft = perturbed(tiny_target, 0.02, seed=k)   # partial acceptance: exercises every branch
+    plain, _ = _generate(tiny_target, SpecConfig(method="none", k=0), prompts, params, max_batch=16)
+    spec, eng = _generate(tiny_target, SpecConfig(method="draft", k=k), prompts, params, draft, max_batch=16)
+    assert spec == plain
+    assert 0 < eng.metrics.num_accepted_tokens < eng.metrics.num_draft_tokens
+
+
+def test_greedy_identity_near_ties():
+    """A model with many near-ties (tiny weights) still decodes identically."""
+    target = make_model(seed=5, std=0.02)
+    draft = perturbed(target, 0.01, seed=6)
+    prompts = random_prompts(40, seed=9)
+    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
+    plain, _ = _generate(target, SpecConfig(method="none", k=0), prompts, params)
+    spec, _ = _generate(target, SpecConfig(method="draft", k=4), prompts, params, draft)
+    assert spec == plain
+
+
+def test_self_draft_accepts_everything(tiny_target):
+    prompts = random_prompts(4, seed=1)
+    params = SamplingParams(max_new_tokens=21, ignore_eos=True)
+    out, eng = _generate(tiny_target, SpecConfig(method="draft", k=4), prompts, params, tiny_target)
+    assert eng.metrics.acceptance_rate == 1.0
+    assert all(len(o) == 21 for o in out)
+    # 21 tokens = 1 from prefill + 4 full rounds of 5
+    assert eng.metrics.steps == 4
+
+
+def test_eos_and_max_tokens_finish_rows_independently(tiny_target, tiny_draft):
+    prompts = random_prompts(6, seed=2)
+    plain, _ = _generate(tiny_target, SpecConfig(method="none", k=0), prompts,
+                         SamplingParams(max_new_tokens=30, ignore_eos=True))
+    # make the 7th generated token of prompt 0 an EOS for the engine, via stop_token_ids
+    stop = plain[0][6]
+    lim = [SamplingParams(max_new_tokens=n, stop_token_ids=(stop,)) for n in (30, 5, 17, 1, 30, 9)]
+    out, _ = _generate(tiny_target, SpecConfig(method="draft", k=4), prompts, lim, tiny_draft, max_batch=3)
+    for o, p, sp in zip(out, plain, lim):
+        expect = p[:sp.max_new_tokens]
+        if stop in expect:
+            expect = expect[:expect.index(stop)]
+        assert o == expect
