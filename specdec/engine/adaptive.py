@@ -62,8 +62,8 @@ class AdaptiveK:
         cap = getattr(proposer, "max_k", None)
         self.k_max = 0 if getattr(proposer, "name", "") == "none" else min(spec.k_max, cap or spec.k_max)
         self.proposer = proposer
-        if cost_model is None:
-            cost_model = CostModel.load_or_measure(target, proposer, quick=True, k_max=max(self.k_max, 1))
+        if cost_model is None and self.k_max > 0:
+            cost_model = CostModel.load_or_measure(target, proposer, quick=True, k_max=self.k_max)
         self.cost = cost_model
         self.acc = AcceptanceTracker(max(self.k_max, 1))
         self.overhead = StepOverhead(self.k_max)
