@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from specdec.analysis import cost_model as cm_mod
 from specdec.analysis import profiling
 from specdec.analysis.cost_model import CostModel, cache_path, identity_hash, model_identity
 from specdec.analysis.profiling import bisect_order, grid_rows
@@ -119,3 +118,15 @@ def test_noisy_rows_are_made_monotone():
     assert list(p.row(128, 4).values()) == [2.0, 2.0, 2.0]
     assert p.t(8, 2) >= p.t(4, 2)                               # never cheaper at larger b
     assert profiling.isotonic([1, 3, 2, 4]) == [1, 2.5, 2.5, 4]
+
+
+def test_profile_command_measures_and_prints(cache, tiny_dirs, capsys):
+    from specdec.cli import main
+    target, draft = tiny_dirs
+    assert main(["profile", "--target", str(target), "--draft", str(draft), "--batch-sizes", "1", "3",
+                 "--k-max", "1", "--threads", "1", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert sorted(table["target"]) == ["1", "3"] and len(table["target"]["3"]) == 2
+    assert table["measured_q"]["3"] == [1, 2] and table["draft"]["draft:draft"]["3"] > 0
+    assert main(["profile", "--target", str(target), "--batch-sizes", "1", "--k-max", "1"]) == 0
+    assert "target forward" in capsys.readouterr().out
