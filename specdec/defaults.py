@@ -12,8 +12,11 @@ def default_target() -> Path:
 
 
 def default_draft() -> Path:
-    """The better of the two bundled drafts (see models/README.md)."""
-    for name in ("draft-distill", "draft"):
+    """The better of the two bundled drafts, as measured and recorded in
+    models/default_draft.txt (see models/README.md); models/draft otherwise."""
+    marker = MODELS_DIR / "default_draft.txt"
+    if marker.exists():
+        name = marker.read_text().strip()
         if (MODELS_DIR / name / "config.json").exists():
             return MODELS_DIR / name
     return MODELS_DIR / "draft"

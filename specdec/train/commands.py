@@ -56,7 +56,7 @@ def run(args) -> int:
     d = DEFAULTS[args.what]
     tc = TrainConfig(tokens=args.tokens or d["tokens"], minutes=args.minutes or d["minutes"],
                      lr=args.lr or d["lr"], threads=args.threads, seed=args.seed)
-    out = args.out or Path("models") / args.what
+    out = args.out or Path("models") / ("draft-distill" if args.what == "distill" else args.what)
     work = args.work or cache_dir() / f"train-{args.what}"
     stream = token_stream(tok, "train")
     batches = Batches(stream, tc.batch, tc.seq_len, tc.seed)
