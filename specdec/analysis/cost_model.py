@@ -23,6 +23,8 @@ are cached in `cache_dir()/costs/<hash>.json`, keyed by what sets the cost: the 
 architecture (config, parameter count, layers used), dtype, linear kernel, device (and
 CPU model), torch version and thread count. Weights do not change the cost, so a
 retrained checkpoint of the same shape reuses the table; `specdec profile` re-measures.
+A table measured while the machine was busy (1-minute load above the core count) is
+marked so, and re-measured on the first load on a quiet machine.
 
 Cold start: `quick=True` measures only b = 1 at q in {1, k_max+1} (both cache lengths,
 well under a second for the bundled pair); `ensure(b)` then measures, on first use of a
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,6 +55,14 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def contended() -> bool:
+    """More runnable tasks than cores over the last minute: someone else competes with us."""
+    try:
+        return os.getloadavg()[0] > (os.cpu_count() or 1)
+    except OSError:
+        return False
 
 
 def model_identity(model, num_layers: int | None = None, device: str | None = None,
@@ -86,24 +97,31 @@ class _Source:
     identity: dict
     profile: ModelProfile
     is_target: bool
+    contended: bool = False        # some of the points were measured under contention
 
     def save(self) -> None:
+        self.contended = self.contended or contended()
         path = cache_path(self.identity)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"identity": self.identity, "profile": self.profile.to_json()}))
+        tmp.write_text(json.dumps({"identity": self.identity, "profile": self.profile.to_json(),
+                                   "contended": self.contended}))
         tmp.replace(path)
 
 
-def _load(identity: dict, l_ref: int, l_long: int) -> ModelProfile:
+def _load(identity: dict, l_ref: int, l_long: int) -> tuple[ModelProfile, bool]:
+    """The cached profile and whether it was measured under contention. A table measured
+    while the machine was busy is dropped (re-measured) once the machine is quiet."""
     path = cache_path(identity)
     try:
         d = json.loads(path.read_text())
         prof = ModelProfile.from_json(d["profile"])
-        if d["identity"] == identity and (prof.l_ref, prof.l_long) == (l_ref, l_long):
-            return prof
+        busy = bool(d.get("contended", False))
+        if d["identity"] == identity and (prof.l_ref, prof.l_long) == (l_ref, l_long) \
+                and not (busy and not contended()):
+            return prof, busy
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    return ModelProfile(l_ref, l_long)
+    return ModelProfile(l_ref, l_long), False
 
 
 class CostModel:
@@ -143,8 +161,9 @@ class CostModel:
                 ident = model_identity(model, nl, device, threads)
                 h = identity_hash(ident)
                 if h not in by_id:
-                    prof = ModelProfile(l_ref, l_long) if remeasure else _load(ident, l_ref, l_long)
-                    by_id[h] = _Source(model, nl, ident, prof, is_target=k is None)
+                    prof, busy = (ModelProfile(l_ref, l_long), False) if remeasure else \
+                        _load(ident, l_ref, l_long)
+                    by_id[h] = _Source(model, nl, ident, prof, is_target=k is None, contended=busy)
                 profiles.append(by_id[h].profile)
             drafts = {k: p for (_m, _nl, k), p in zip(models, profiles) if k is not None}
             cm = cls(profiles[0], drafts, k_max, list(by_id.values()), timing)
@@ -194,7 +213,7 @@ class CostModel:
         return base, slope
 
     def table(self) -> dict:
-        """{"identity", "l_ref", "l_long", "q_max",
+        """{"identity", "contended" (measured while the machine was busy), "l_ref", "l_long", "q_max",
             "target": {b: [seconds at q = 1..q_max]} (measured rows, cache length l_ref),
             "measured_q": {b: [q measured]}, "kv_sigma": [s per row per cached token, by q],
             "kv_effect": {b: t(b, q_max, l_long) / t(b, q_max, l_ref)},
@@ -203,7 +222,7 @@ class CostModel:
         rows = p.rows(p.l_ref)
         ident = next((s.identity for s in self._sources if s.is_target), None)
         return {
-            "identity": ident, "l_ref": p.l_ref, "l_long": p.l_long, "q_max": self.q_max,
+            "identity": ident, "contended": any(s.contended for s in self._sources), "l_ref": p.l_ref, "l_long": p.l_long, "q_max": self.q_max,
             "target": {b: [self.t_target(b, q) for q in qs] for b in rows},
             "measured_q": {b: sorted(p.row(p.l_ref, b)) for b in rows},
             "kv_sigma": [p.sigma(q) for q in qs],

@@ -48,6 +48,9 @@ def render(table: dict) -> None:
         t.add_row(str(b), *cells, f"{row[-1] / row[0]:.2f}", f"{table['kv_effect'][b]:.2f}x")
     console = Console()
     console.print(t)
+    if table.get("contended"):
+        console.print("[yellow]measured while other processes competed for the cores: "
+                      "re-run `specdec profile` on a quiet machine[/yellow]")
     console.print("[dim]dim cells are interpolated[/dim]")
     for key, per_b in table["draft"].items():
         d = Table(title=f"{key}: ms per proposed token")

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from specdec.analysis import cost_model as cm_mod
 from specdec.analysis import profiling
 from specdec.analysis.cost_model import CostModel, cache_path, identity_hash, model_identity
 from specdec.analysis.profiling import bisect_order, grid_rows
@@ -16,6 +17,7 @@ FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(cm_mod, "contended", lambda: False)    # the machine's load is not under test
     return tmp_path
 
 
@@ -130,3 +132,17 @@ def test_profile_command_measures_and_prints(cache, tiny_dirs, capsys):
     assert table["measured_q"]["3"] == [1, 2] and table["draft"]["draft:draft"]["3"] > 0
     assert main(["profile", "--target", str(target), "--batch-sizes", "1", "--k-max", "1"]) == 0
     assert "target forward" in capsys.readouterr().out
+
+
+def test_table_measured_under_contention_is_remeasured_when_quiet(cache, tiny_target, monkeypatch):
+    monkeypatch.setattr(cm_mod, "contended", lambda: True)
+    CostModel.load_or_measure(tiny_target, k_max=1, timing=FAST)
+    assert json.loads(cache_path(model_identity(tiny_target)).read_text())["contended"]
+    calls = []
+    real = profiling.time_forwards
+    monkeypatch.setattr(profiling, "time_forwards", lambda *a, **k: calls.append(a) or real(*a, **k))
+    busy = CostModel.load_or_measure(tiny_target, k_max=1, timing=FAST)
+    assert not calls and busy.table()["contended"]           # still busy: keep the old table
+    monkeypatch.setattr(cm_mod, "contended", lambda: False)
+    quiet = CostModel.load_or_measure(tiny_target, k_max=1, timing=FAST)
+    assert calls and not quiet.table()["contended"]
