@@ -16,7 +16,7 @@ padding:0 1em;color:#222;line-height:1.45}
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.8em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}
 th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+th{background:#f3f3f3}td.t,th:first-child{text-align:left}
 code{background:#f3f3f3;padding:0 .2em;border-radius:3px}
 .verdict{font-size:1.1em;background:#eef6ee;border-left:4px solid #4a4;padding:.8em 1em}
 figure{margin:1.5em 0}figcaption{font-size:.9em;color:#555}img{max-width:100%}
@@ -52,6 +52,15 @@ def _inline(text: str) -> str:
     return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
 
 
+NUMERIC = re.compile(r"^[-+]?[\d.]+[×%]?$|^—$")
+
+
+def _td(x) -> str:
+    """A table cell: numbers right-aligned, text left-aligned."""
+    cls = "" if NUMERIC.match(str(x)) else ' class="t"'
+    return f"<td{cls}>{_inline(x)}</td>"
+
+
 def to_html(blocks, images: dict[str, bytes], title: str) -> str:
     body = []
     for b in blocks:
@@ -62,7 +71,7 @@ def to_html(blocks, images: dict[str, bytes], title: str) -> str:
             body.append(f"<p{cls}>{_inline(b[1])}</p>")
         elif b[0] == "table":
             head = "".join(f"<th>{_inline(h)}</th>" for h in b[1])
-            rows = "".join("<tr>" + "".join(f"<td>{_inline(x)}</td>" for x in r) + "</tr>" for r in b[2])
+            rows = "".join("<tr>" + "".join(_td(x) for x in r) + "</tr>" for r in b[2])
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif b[0] == "img":
             data = base64.b64encode(images[b[1]]).decode("ascii")

@@ -71,7 +71,8 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
     k_top = max(s["k"])
     probe = make_engine(models, spec_for_k(k_top), EngineConfig(max_batch=1, max_model_len=64, device=device))
     task = bars.add("measuring step costs t(b, q)", total=100)
-    costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=k_top + 1,
+    q_max = max(k_top, 8) + 1          # the theory curves and break-even table go to k = 8
+    costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=q_max,
                        context=s["prompt_tokens"] + s["max_new_tokens"] // 2, device=device, threads=threads,
                        remeasure=remeasure, on_progress=lambda f: bars.update(task, completed=100 * f))
     del probe
@@ -83,7 +84,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
 
     task = bars.add("predicting and writing the report", total=2)
     summary = summarize([r.as_dict() for r in results], costs, method, s["batch_sizes"], s["temperatures"],
-                        q_max=k_top + 1)
+                        q_max=q_max)
     bars.update(task, advance=1)
     meta = {"target": str(models.target_path), "draft": str(models.draft_path) if models.draft_path else None,
             "device": device, "threads": torch.get_num_threads(), "groups": plan.groups,

@@ -3,10 +3,12 @@
 Input: cell dicts from `measure.CellResult.as_dict()` and a `costs.Costs`. Output: one
 JSON-able dict that `report.py` renders. Every number in it comes from the measurements.
 
-Two predictions per cell:
-- `iid`: Leviathan's formula with the cell's fitted alpha and the measured round cost;
-- `positional`: per-position acceptance measured at the block's largest k, applied to
-  this k (held out for every smaller k; for the largest k it is the measured value).
+Two predictions per cell, both from the acceptance measured at the block's largest k
+(held out for every smaller k; in-sample for the largest k itself) and the measured
+round cost:
+- `iid`: Leviathan's formula with the alpha fitted there;
+- `positional`: the per-position acceptance measured there.
+They differ exactly where acceptance depends on the position in the draft.
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ def annotate(cells: list[dict], costs) -> list[dict]:
         c["cond_alphas"] = P.conditional_alphas(c["accepted_per_pos"], c["drafts"]) if c["drafts"] else []
         c["ratio"] = _ratio(costs, b, k)
         c["ratio_measured"] = c["spec_step_s"] / c["plain_step_s"] if c["plain_step_s"] else None
-        c["tokens_iid"] = P.expected_tokens(c["alpha"], k)
+        c["alpha_ref"] = ref["alpha"]
+        c["tokens_iid"] = P.expected_tokens(ref["alpha"], k)
         c["tokens_mixture"] = P.expected_tokens_mixture(c["prompt_alphas"], k) if c["prompt_alphas"] else None
         c["tokens_positional"] = P.expected_tokens_positional(cond, k) if len(cond) >= k else c["tokens_iid"]
         c["positional_held_out"] = ref is not c
@@ -104,7 +107,7 @@ def regimes(cells: list[dict], t0: float) -> list[dict]:
 def best_k_for(cell: dict, costs, ks=THEORY_KS) -> dict:
     """Best k predicted (i.i.d. with the cell's alpha; positional within measured k) and measured."""
     b = cell["batch"]
-    k_iid, s_iid = P.best_k(lambda k: P.expected_tokens(cell["alpha"], k), lambda k: _ratio(costs, b, k), ks)
+    k_iid, s_iid = P.best_k(lambda k: P.expected_tokens(cell["alpha_ref"], k), lambda k: _ratio(costs, b, k), ks)
     cond = cell["cond_alphas"]
     k_pos, s_pos = P.best_k(lambda k: P.expected_tokens_positional(cond, k), lambda k: _ratio(costs, b, k),
                             [k for k in ks if k <= len(cond)])
@@ -137,7 +140,7 @@ def error_summary(cells) -> dict:
                                                     "pred_positional", "why")}
                                  for c in cells if c["why"]],
             "iid_misleads": [{k: c[k] for k in ("workload", "k", "batch", "temperature", "tokens_per_step",
-                                                "tokens_iid", "tokens_mixture")}
+                                                "tokens_iid", "tokens_positional", "tokens_mixture")}
                              for c in cells if c["iid_misleads"]],
             "greedy_identical": all(c["identical_to_plain"] for c in cells if c["identical_to_plain"] is not None),
             "greedy_cells_checked": sum(1 for c in cells if c["identical_to_plain"] is not None)}
@@ -157,10 +160,13 @@ def verdict(cells, costs, method: str, t0: float, batch_grid) -> tuple[str, dict
     be = P.break_even_alpha(k, _ratio(costs, 1, k))
     text = (f"On `{w}` at batch 1, speculation with {method} gives {top['speedup']:.2f}× at k = {k} "
             f"(predicted {top['pred_positional']:.2f}×, α = {top['alpha']:.2f}); ")
-    x = cross["measured"] if cross["measured"] is not None else cross["predicted"]
-    how = "measured" if cross["measured"] is not None else "predicted"
-    if x is not None:
-        text += f"it stops paying above batch {x:.0f} ({how})"
+    m, p = cross["measured"], cross["predicted"]
+    if m is not None:
+        text += f"it stops paying above batch {m:.0f} (measured)"
+    elif p is not None and p > 1:
+        text += f"it stops paying above batch {p:.0f} (predicted)"
+    elif p is not None:
+        text += "the cost model predicts no gain at any batch size (prediction and measurement disagree)"
     else:
         text += f"it still pays at batch {cross['largest_batch']}, the largest measured"
     text += f" or below α = {be:.2f}." if be is not None else " and no α makes it pay at this cost."

@@ -1,0 +1,120 @@
+"""Summaries from controlled measurements: aggregation, predictions, regimes, the verdict."""
+import pytest
+
+from specdec.analysis import predict as P
+from specdec.analysis.costs import Costs
+from specdec.analysis.measure import Cell, CellResult, Run, plan_cells
+from specdec.analysis.summarize import summarize
+from specdec.engine.sequence import SeqStats
+
+
+def t_target(b, q):
+    return 0.010 + 0.0004 * b * q          # weight read + per-position work: grows with b*q
+
+
+def t_draft(b):
+    return 0.001 + 0.00005 * b
+
+
+COSTS = Costs(t_target, t_draft, "synthetic")
+RATIO_1 = (t_target(1, 2) + t_draft(1)) / t_target(1, 1)      # one round of k = 1, in plain steps
+
+
+def run(tok_s, lengths_per_prompt, k, outputs=None):
+    stats = []
+    for lengths in lengths_per_prompt:
+        st = SeqStats()
+        for n in lengths:
+            st.record(k, n)
+        stats.append(st)
+    return Run(tok_s, 1 / tok_s, outputs or [[1, 2, 3]] * len(lengths_per_prompt), stats)
+
+
+def cell(w, k, b, speedup, lengths, temperature=0.0):
+    """A measured cell: two repeats with the given speed-up and accepted lengths."""
+    r = CellResult(Cell(w, k, b, temperature))
+    for g in range(2):
+        r.add(run(100.0, [[]], 0), run(100.0 * speedup, [lengths], k))
+    return r.as_dict()
+
+
+def test_aggregation_of_runs():
+    d = cell("code", 2, 1, 1.5, [2, 0, 1, 2])
+    assert d["drafts"] == 8 and d["accepted_tokens"] == 10
+    assert d["accepted_per_pos"] == [6, 4]                       # two repeats of [3, 2]
+    assert d["tokens_per_step"] == pytest.approx(1 + 10 / 8)
+    assert d["alpha"] == pytest.approx(P.fit_alpha([2, 0, 1, 2], 2))
+    assert d["acceptance_rate"] == pytest.approx(10 / 16)
+    assert d["speedup"] == pytest.approx(1.5) and d["identical_to_plain"] is True
+    assert d["accepted_length_hist"] == {"0": 2, "1": 2, "2": 4}
+
+
+def test_identity_check_catches_a_difference():
+    r = CellResult(Cell("code", 1, 1, 0.0))
+    r.add(run(100.0, [[]], 0, outputs=[[1, 2, 3]]), run(120.0, [[1]], 1, outputs=[[1, 2, 4]]))
+    assert r.as_dict()["identical_to_plain"] is False
+
+
+def test_plan_star_and_full():
+    star = plan_cells(["code", "random"], [1, 2], [1, 8], [0.0, 1.0], sweep_workloads=["code"])
+    assert Cell("random", 2, 1, 0.0) in star and Cell("code", 2, 8, 0.0) in star
+    assert Cell("code", 1, 1, 1.0) in star
+    assert Cell("random", 1, 8, 0.0) not in star and Cell("random", 1, 1, 1.0) not in star
+    assert len(plan_cells(["code", "random"], [1, 2], [1, 8], [0.0, 1.0], full=True)) == 16
+
+
+@pytest.fixture()
+def summary():
+    hi = [4, 4, 3, 4, 2, 4, 4, 1, 4, 4]          # predictable text
+    falling = [1, 1, 1, 2, 1, 0, 1, 1, 4, 1]     # first draft usually accepted, later ones rarely
+    cells = [cell("code", 4, 1, 2.0, hi), cell("code", 2, 1, 1.6, [min(n, 2) for n in hi]),
+             cell("code", 4, 4, 1.5, hi), cell("code", 4, 16, 0.5, hi),
+             cell("prose", 4, 1, 0.9, falling), cell("prose", 1, 1, 1.9 / RATIO_1, [min(n, 1) for n in falling]),
+             cell("random", 4, 1, 0.4, [0] * 10)]
+    return summarize(cells, COSTS, "the draft model `d`", [1, 4, 16], [0.0], q_max=9)
+
+
+def test_predictions_use_the_measured_costs(summary):
+    c = next(c for c in summary["cells"] if (c["workload"], c["k"], c["batch"]) == ("code", 4, 1))
+    ratio = (t_target(1, 5) + 4 * t_draft(1)) / t_target(1, 1)
+    assert c["ratio"] == pytest.approx(ratio)
+    assert c["pred_iid"] == pytest.approx(P.expected_tokens(c["alpha"], 4) / ratio)
+    assert c["pred_positional"] == pytest.approx(c["tokens_per_step"] / ratio)   # largest k: measured
+    assert c["err_positional"] == pytest.approx(c["pred_positional"] / 2.0 - 1)
+    # k = 2 is predicted from the k = 4 run's per-position acceptance (held out)
+    c2 = next(c for c in summary["cells"] if (c["workload"], c["k"], c["batch"]) == ("code", 2, 1))
+    assert c2["positional_held_out"] and c2["tokens_positional"] == pytest.approx(c2["tokens_per_step"])
+
+
+def test_iid_formula_flagged_where_acceptance_falls_with_position(summary):
+    prose4, prose1 = (next(c for c in summary["cells"] if (c["workload"], c["k"]) == ("prose", k)) for k in (4, 1))
+    assert prose4["cond_alphas"][0] > 0.8 and prose4["cond_alphas"][1] < 0.3
+    # one alpha fitted on k = 4 rounds underestimates k = 1 (first drafts are easy) ...
+    assert prose1["alpha_ref"] == prose4["alpha"]
+    assert prose1["iid_misleads"] and prose1["tokens_iid"] < prose1["tokens_per_step"] / 1.1
+    assert any((m["workload"], m["k"]) == ("prose", 1) for m in summary["errors"]["iid_misleads"])
+    # ... while the per-position product, from the same k = 4 rounds, gets it right
+    assert prose1["tokens_positional"] == pytest.approx(prose1["tokens_per_step"])
+    assert abs(prose1["err_positional"]) < 1e-9 and prose1["err_iid"] < -0.1
+
+
+def test_regimes_and_verdict_come_from_the_data(summary):
+    regs = {r["regime"]: r["cell"] for r in summary["regimes"]}
+    assert (regs["predictable text"]["workload"], regs["predictable text"]["k"]) == ("code", 4)
+    assert regs["hard text"]["workload"] == "random"
+    assert (regs["heavy batching"]["workload"], regs["heavy batching"]["batch"]) == ("code", 16)
+    v = summary["verdict"]
+    assert v.startswith("On `code` at batch 1, speculation with the draft model `d` gives 2.00× at k = 4")
+    # measured: 1.5x at batch 4, 0.5x at batch 16 -> crosses 1 at batch 4 + 0.5 / 1.0 * 12 = 10
+    assert "stops paying above batch 10 (measured)" in v
+    be = P.break_even_alpha(4, (t_target(1, 5) + 4 * t_draft(1)) / t_target(1, 1))
+    assert f"below α = {be:.2f}" in v
+    assert "`random`" in v and "0.40×" in v
+    assert summary["break_even"][1][4] == pytest.approx(be)
+    assert summary["errors"]["greedy_identical"] is True
+
+
+def test_verdict_when_nothing_pays():
+    cells = [cell("random", 2, 1, 0.7, [0, 0, 1, 0])]
+    s = summarize(cells, COSTS, "method `ngram`", [1], [0.0], q_max=9)
+    assert "does not pay at batch 1" in s["verdict"] and "0.70×" in s["verdict"]
