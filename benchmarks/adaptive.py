@@ -10,8 +10,10 @@ runs 4 requests one after another). Every request generates exactly --max-new-to
 
 Per regime and configuration: tokens/s, medians over --repeats runs, the configuration order
 alternating between repeats. `decode tok/s` (the headline) counts the tokens after each
-engine's first step, over the time after it, so prompt prefill (identical for every
-configuration) does not dilute the comparison; `e2e tok/s` includes it. Each run builds a
+engine's first step (which admits the first max_batch requests: prefill and their first
+token) over the time after it, so prompt prefill, identical for every configuration,
+does not dilute the comparison (batch 1 still prefills its later requests in the window);
+`e2e tok/s` includes everything. Each run builds a
 fresh engine (adaptive starts with no acceptance evidence). The cost model is re-measured
 once at the start (it is part of the machine's state, not of a configuration).
 
@@ -39,30 +41,12 @@ CONFIGS = {"plain": ("none", 0), "k=1": ("draft", 1), "k=2": ("draft", 2), "k=4"
 FIXED = ("k=1", "k=2", "k=4", "k=8")
 
 
-def _pair_observe_with_propose(proposer) -> None:
-    """TEMPORARY, until the engine skips proposer.observe() after a round with k = 0: the
-    draft proposer's observe() indexes the rows of its last propose() and fails when rows
-    joined since. Dropping an observe() that follows no propose() changes no tokens."""
-    propose, observe, state = proposer.propose, proposer.observe, {"proposed": False}
-
-    def p(context, k):
-        state["proposed"] = True
-        return propose(context, k)
-
-    def o(num_accepted):
-        if state["proposed"]:
-            observe(num_accepted)
-        state["proposed"] = False
-    proposer.propose, proposer.observe = p, o
-
-
 def run_once(models, cfg: str, prompts, batch: int, args, cost) -> dict:
     method, k = CONFIGS[cfg]
     spec = SpecConfig(method=method, k=k, k_max=args.k_max if isinstance(k, str) else max(k, 1))
     eng = Engine(models.target, spec, EngineConfig(max_batch=batch, max_model_len=args.prompt_tokens
                                                    + 1 + args.max_new_tokens), draft=models.draft,
                  cost_model=cost)
-    _pair_observe_with_propose(eng.proposer)
     params = [SamplingParams(temperature=1.0, seed=1000 * i + 7, max_new_tokens=args.max_new_tokens,
                              ignore_eos=True) for i in range(len(prompts))]
     seqs = [eng.add_request(p, sp) for p, sp in zip(prompts, params)]

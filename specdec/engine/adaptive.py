@@ -11,8 +11,9 @@
   (verification, sampling, the proposer's Python, a draft-free proposer's work): a
   ridge least-squares fit of the measured step time's residual, exponentially weighted
   per batch size. Steps that are not typical of a k are left out of the fit: those that
-  admitted requests (prefill), measured the cost model, ran a (b, k) shape for the first
-  time (kernel set-up) or resumed drafting after k = 0 (the draft model catches up).
+  measured the cost model, ran a (b, k) shape for the first time (kernel set-up) or
+  resumed drafting after k = 0 (the draft model catches up). Prefill never enters: the
+  engine admits requests in steps of their own, which call no policy.
 - k = 0 is plain decoding. After k = 0 the estimates relax toward an optimistic prior
   (acceptance.py), so the policy tries drafting again when the relaxed estimate pays.
 
@@ -110,8 +111,7 @@ class AdaptiveK:
 
     # ---- lifecycle and learning ------------------------------------------------------------
     def start(self, row, seq):
-        self.acc.start(row)
-        self._skip_fit = True            # this step's time includes a prefill
+        self.acc.start(row)              # admission is a step of its own: no decode time to skip
 
     def finish(self, row):
         pass
