@@ -45,7 +45,14 @@ def annotate(cells: list[dict], costs) -> list[dict]:
         c["positional_held_out"] = ref is not c
         c["pred_iid"] = P.speedup(c["tokens_iid"], c["ratio"])
         c["pred_positional"] = P.speedup(c["tokens_positional"], c["ratio"])
+        # engine work outside the forwards, per step, from the plain runs (the baseline, not
+        # the runs being predicted): the same bookkeeping happens once per speculative round
+        o = max(0.0, c["plain_step_s"] - costs.t_target(b, 1)) if c["plain_step_s"] else 0.0
+        c["overhead_s"] = o
+        c["pred_calibrated"] = c["tokens_positional"] * (costs.t_target(b, 1) + o) / (
+            P.round_cost(costs.t_target, costs.t_draft, b, k) + o)
         m = c["speedup"]
+        c["err_calibrated"] = P.relative_error(c["pred_calibrated"], m) if m else None
         c["err_iid"] = P.relative_error(c["pred_iid"], m) if m else None
         c["err_positional"] = P.relative_error(c["pred_positional"], m) if m else None
         t = c["tokens_per_step"]
@@ -136,6 +143,7 @@ def error_summary(cells) -> dict:
             "median_abs_err_iid": med("err_iid", cells),
             "median_abs_err_positional": med("err_positional", cells),
             "median_abs_err_positional_held_out": med("err_positional", held),
+            "median_abs_err_calibrated": med("err_calibrated", cells),
             "cells_over_10pct": [{k: c[k] for k in ("workload", "k", "batch", "temperature", "speedup",
                                                     "pred_positional", "why")}
                                  for c in cells if c["why"]],

@@ -70,7 +70,8 @@ def _add_remote_args(p) -> None:
         if e.name != "specdec.analysis.remote":
             raise
         p.add_argument("--endpoint", help="(unavailable: specdec/analysis/remote.py is not in this build)")
-        p.add_argument("--emit-vllm-config", help="(unavailable: specdec/analysis/remote.py is not in this build)")
+        p.add_argument("--emit-vllm-config", action="store_true",
+                       help="(unavailable: specdec/analysis/remote.py is not in this build)")
         return
     add_remote_args(p)
 

@@ -88,3 +88,22 @@ def test_bad_arguments_exit_2(tiny_dirs, tmp_path, capsys):
     assert rc == 2 and "--k values" in capsys.readouterr().err
     rc = main(["analyze", "--target", str(target), "--method", "none", *ARGS, "--out", str(tmp_path)])
     assert rc == 2 and "nothing to analyze" in capsys.readouterr().err
+
+
+def test_prompts_file(tiny_dirs, tmp_path):
+    target, draft = tiny_dirs
+    f = tmp_path / "mine.jsonl"
+    f.write_text('{"prompt": "def add(a, b):\\n    return"}\n{"prompt": "import os\\nimport"}\n')
+    out = tmp_path / "out"
+    assert main(["analyze", "--target", str(target), "--draft", str(draft), "--prompts", str(f), "--k", "2",
+                 "--batch-sizes", "1", "--temperatures", "0", "--repeats", "2", "--max-new-tokens", "4",
+                 "--no-progress", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert [(c["workload"], c["k"], c["groups"]) for c in res["cells"]] == [("mine", 2, 2)]
+
+
+def test_remote_flags_are_wired():
+    from specdec.cli import build_parser
+    args = build_parser().parse_args(["analyze", "--endpoint", "http://127.0.0.1:9", "--emit-vllm-config"])
+    assert args.endpoint == "http://127.0.0.1:9" and args.emit_vllm_config
+    assert args.func.__module__ == "specdec.commands.analyze"

@@ -118,3 +118,18 @@ def test_verdict_when_nothing_pays():
     cells = [cell("random", 2, 1, 0.7, [0, 0, 1, 0])]
     s = summarize(cells, COSTS, "method `ngram`", [1], [0.0], q_max=9)
     assert "does not pay at batch 1" in s["verdict"] and "0.70×" in s["verdict"]
+
+
+def test_overhead_calibrated_prediction():
+    # plain steps measured at 100 tok/s -> 10 ms each; the cost model says t(1, 1) = 10.4 ms: no overhead
+    c = cell("code", 2, 1, 1.5, [2, 1, 2, 0])
+    s = summarize([c], COSTS, "m", [1], [0.0], q_max=9)["cells"][0]
+    assert s["overhead_s"] == 0.0 and s["pred_calibrated"] == pytest.approx(s["pred_positional"])
+    # plain steps of 20 ms: 9.6 ms of engine work per step, which dilutes the round's relative cost
+    r = CellResult(Cell("code", 2, 1, 0.0))
+    r.add(run(50.0, [[]], 0), run(75.0, [[2, 1, 2, 0]], 2))
+    s = summarize([r.as_dict()], COSTS, "m", [1], [0.0], q_max=9)["cells"][0]
+    o = 0.02 - t_target(1, 1)
+    assert s["overhead_s"] == pytest.approx(o)
+    expect = s["tokens_per_step"] * 0.02 / (t_target(1, 3) + 2 * t_draft(1) + o)
+    assert s["pred_calibrated"] == pytest.approx(expect) and s["pred_calibrated"] > s["pred_positional"]
