@@ -201,15 +201,16 @@ class LlamaCppRunner:
 
     def run(self, prompt_ids, greedy: bool, seed: int, n: int) -> dict:
         text = self.decode(list(prompt_ids)[1:])  # llama.cpp adds the BOS itself
-        r = subprocess.run(self.command(text, greedy, seed, n), capture_output=True)
-        out, err = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
-        if r.returncode != 0:
-            raise RuntimeError(f"{self.program} failed ({r.returncode}): {err[-800:]}")
-        n_new, secs, acc = parse_timing(out, err, n)
-        if secs is None:
-            raise RuntimeError(f"{self.program}: no timing found in its log: {err[-800:]}")
-        return {"n_new": n_new, "seconds": secs, "tokens": None, "acceptance": acc,
-                "text": generated_text(out, text, self.program != "llama-completion")}
+        for attempt in range(1, 4):  # the programs' async logger rarely loses its last lines at exit
+            r = subprocess.run(self.command(text, greedy, seed, n), capture_output=True)
+            out, err = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+            if r.returncode != 0:
+                raise RuntimeError(f"{self.program} failed ({r.returncode}): {err[-800:]}")
+            n_new, secs, acc = parse_timing(out, err, n)
+            if secs is not None:
+                return {"n_new": n_new, "seconds": secs, "tokens": None, "acceptance": acc, "attempts": attempt,
+                        "text": generated_text(out, text, self.program != "llama-completion")}
+        raise RuntimeError(f"{self.program}: no timing found in its log (3 attempts): {err[-800:]}")
 
 
 def main(argv=None) -> int:

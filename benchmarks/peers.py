@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import llamacpp  # noqa: E402
 import report  # noqa: E402
 import roofline  # noqa: E402
-from runners import Skip, hf_rows, specdec_rows  # noqa: E402
+from runners import hf_rows, profile, specdec_rows  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -50,6 +50,7 @@ def parse_args(argv=None):
     ap.add_argument("--no-llamacpp", action="store_true")
     ap.add_argument("--no-build", action="store_true", help="use llama.cpp only if already built")
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny settings")
+    ap.add_argument("--profile", action="store_true", help="also write profile.txt (specdec plain and draft)")
     a = ap.parse_args(argv)
     if a.quick:
         a.prompts, a.prompt_tokens, a.new_tokens, a.reps, a.ks, a.threads = 1, 32, 16, 1, "2,4", "2"
@@ -237,6 +238,12 @@ def main(argv=None) -> int:
     results = {"machine": machine_info(), "args": {k: v for k, v in vars(args).items()},
                "llamacpp": linfo, "rows": table_rows, "runs": runs, "roofline": roof, "goals": gs,
                "wall_s": time.time() - t0}
+    if args.profile:
+        p0 = prompts[args.workloads[0]][0]
+        text = "".join(profile(r, p0, args.new_tokens) for r in rows
+                       if r.name in ("specdec plain", "specdec draft") and not getattr(r, "error", None))
+        (out / "profile.txt").write_text(text)
+        log(f"wrote {out / 'profile.txt'}")
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (out / "table.md").write_text(md)
     log(md)
@@ -248,7 +255,7 @@ def roofline_section(args, models, table_rows, log) -> dict:
     """Bandwidth, plain bound for the target and the speculative bound from measured α and c."""
     tcfg = json.loads((Path(args.target) / "config.json").read_text())
     dcfg = json.loads((Path(args.draft) / "config.json").read_text())
-    bw = roofline.measure_bandwidth(64 if args.quick else 1024)
+    bw = roofline.measure_bandwidth(256 if args.quick else 1024)
     plen = args.prompt_tokens + 1
     tp = roofline.plain_bound(bw, tcfg, plen, args.new_tokens)
     dp = roofline.plain_bound(bw, dcfg, plen, args.new_tokens)

@@ -153,3 +153,14 @@ def hf_rows(target_dir, draft_dir, ks, threads: int) -> tuple[list, list[dict]]:
     rows.append(HFRunner("HF prompt lookup", tgt, f"prompt_lookup_num_tokens={max(ks)}", threads,
                          prompt_lookup=max(ks)))
     return rows, []
+
+
+def profile(runner, prompt_ids, n: int, row_limit: int = 25) -> str:
+    """Where one greedy generation of `runner` spends its time: torch.profiler's op table
+    (self CPU time) plus the wall time, as text for the closing note of docs/benchmarks.md."""
+    from torch.profiler import ProfilerActivity, profile as tprofile
+    runner.run(prompt_ids, True, 0, n)  # warm
+    with tprofile(activities=[ProfilerActivity.CPU]) as prof:
+        res = runner.run(prompt_ids, True, 0, n)
+    head = f"## {runner.name}: {res['n_new']} tokens in {res['seconds']:.3f} s ({res['n_new'] / res['seconds']:.1f} tok/s)\n"
+    return head + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=row_limit) + "\n"
