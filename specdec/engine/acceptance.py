@@ -85,14 +85,19 @@ class AcceptanceTracker:
         return np.cumsum(p, axis=1).sum(axis=0)
 
     # ---- updates ------------------------------------------------------------------------------
-    def observe(self, key: str, num_draft: list[int], accepted: list[int]) -> None:
+    def observe(self, key: str, num_draft: list[int], accepted: list[int], k: int | None = None) -> None:
+        """One round: row b drafted num_draft[b] tokens and had accepted[b] of them accepted.
+        With `k` (the round's requested length), a row that proposed fewer than k tokens
+        counts a failure where its draft ended: for throughput, a draft that a proposer
+        (e.g. n-gram lookup without a match) could not make is as good as a rejected one."""
         gs, gf = self._key(key)
-        if not any(nd > 0 for nd in num_draft):
+        asked = [k if k is not None else nd for nd in num_draft]
+        if not any(a > 0 for a in asked):
             self.idle(key, len(num_draft))
             return
         gs *= PROPOSER_DECAY
         gf *= PROPOSER_DECAY
-        for b, (nd, m) in enumerate(zip(num_draft, accepted)):
+        for b, (nd, m) in enumerate(zip(asked, accepted)):
             if nd <= 0:
                 continue
             self.rows_s[b] *= ROW_DECAY

@@ -122,7 +122,7 @@ class AdaptiveK:
     def observe(self, batch, k, num_draft, accepted, dt):
         if self.k_max == 0:
             return
-        self.acc.observe(self.proposer.cost_key(), list(num_draft), list(accepted))
+        self.acc.observe(self.proposer.cost_key(), list(num_draft), list(accepted), k)
         shape = (len(batch), k)
         typical = shape in self._seen and not (k > 0 and self._prev_k == 0)
         if self._pred is not None and typical and not self._skip_fit:

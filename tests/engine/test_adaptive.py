@@ -103,6 +103,10 @@ def test_per_request_and_per_position_estimates():
     assert np.all(np.diff(e) > 0) and e[0] == 2.0
     acc.move_row(0, 1)
     assert np.allclose(acc.row_means("x", 2)[1], a[0])
+    acc.start(2)
+    for _ in range(20):
+        acc.observe("y", [0, 0, 2], [0, 0, 2], k=4)     # rows 0, 1 had nothing to propose
+    assert acc.row_means("y", 3)[0, 0] < 0.3 and acc.row_means("y", 3)[2, 2] < 0.3
 
 
 def test_overhead_fit_recovers_intercept_and_slope():
