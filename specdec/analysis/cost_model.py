@@ -150,11 +150,14 @@ class CostModel:
             torch.set_num_threads(threads)
         try:
             models = [(target, None, None)]
-            key, draft = None, proposer_or_draft
-            if proposer_or_draft is not None and hasattr(proposer_or_draft, "cost_key"):
-                key, draft = proposer_or_draft.cost_key(), getattr(proposer_or_draft, "model", None)
-            if draft is not None:
-                models.append((draft, getattr(proposer_or_draft, "num_layers", None), key or DRAFT_KEY))
+            # a proposer that chooses among others (auto) has each of its arms measured
+            subs = getattr(proposer_or_draft, "arms", None) or [proposer_or_draft]
+            for sub in subs:
+                key, draft = None, sub
+                if sub is not None and hasattr(sub, "cost_key"):
+                    key, draft = sub.cost_key(), getattr(sub, "model", None)
+                if draft is not None:
+                    models.append((draft, getattr(sub, "num_layers", None), key or DRAFT_KEY))
             by_id: dict[str, _Source] = {}      # a draft shaped like the target shares its table
             profiles = []
             for model, nl, k in models:

@@ -102,6 +102,7 @@ class Engine:
         batch = Batch(self.running, self._batch_sampling())
         B = len(batch)
         # 2. Choose k for this round (fixed, heuristic or from the cost model).
+        self.proposer.plan(batch)
         k = self.policy.choose(batch)
         # 3. Propose up to k tokens per row.
         draft = self.proposer.propose(batch, k) if k > 0 else Draft(

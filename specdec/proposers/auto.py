@@ -124,9 +124,23 @@ class AutoProposer(BaseProposer):
         st.sec[arm] += seconds
 
     # ---- proposing ---------------------------------------------------------------------------
+    def plan(self, batch):
+        """Pick each row's arm for this round (before the policy picks k)."""
+        self.planned = [self.choose(self._stats(b)) for b in range(len(batch))]
+
+    def cost_key(self):
+        """The cost of this round is that of the arm most rows play (see plan)."""
+        planned = getattr(self, "planned", None)
+        if not planned:
+            return self.name
+        arm = max(set(planned), key=planned.count)
+        return self.arms[arm].cost_key()
+
     def propose(self, context, k):
         B = len(context)
-        chosen = [self.choose(self._stats(b)) for b in range(B)]
+        planned = getattr(self, "planned", None)
+        chosen = planned if planned is not None and len(planned) == B else \
+            [self.choose(self._stats(b)) for b in range(B)]
         self.t0 = self.clock()
         used = sorted(set(chosen))
         drafts = {i: self.arms[i].propose(context, k) for i in used}

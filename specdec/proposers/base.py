@@ -63,6 +63,10 @@ class BaseProposer:
     def finish(self, row: int) -> None:
         """The request in `row` left the batch."""
 
+    def plan(self, batch) -> None:
+        """Called before the policy chooses k; a proposer that decides per round which way
+        it will guess (auto) decides here, so that cost_key() describes this round."""
+
     def observe(self, num_accepted: list[int]) -> None:
         pass
 
