@@ -70,7 +70,7 @@ def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
         save_checkpoint(model, tokenizer_json, export, card=card_fn(state) if card_fn else None)
 
     model.train()
-    last_save, ema = time.time(), None
+    last_save, last_log, ema = time.time(), time.time(), None
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeRemainingColumn()) as bar:
         task = bar.add_task(export.name, total=1.0, info="")
@@ -94,6 +94,9 @@ def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
             bar.update(task, completed=min(1.0, progress),
                        info=f"step {state['step']} loss {ema:.3f} {per_step / dt:,.0f} tok/s "
                             f"{state['tokens'] / 1e6:.2f}M tok")
+            if not bar.console.is_terminal and time.time() - last_log > 60:  # a log file: one line a minute
+                bar.console.print(f"{export.name}: {progress:.1%} " + bar.tasks[0].fields["info"])
+                last_log = time.time()
             if time.time() - last_save > cfg.save_every_min * 60:
                 save()
                 last_save = time.time()
