@@ -137,8 +137,13 @@ def tokens_per_round(summary) -> bytes:
         hist = {int(n) + 1: m for n, m in c["accepted_length_hist"].items()}
         total = sum(hist.values()) or 1
         xs = range(1, c["k"] + 2)
-        ax.bar([x + (i - len(groups) / 2 + 0.5) * width for x in xs], [hist.get(x, 0) / total for x in xs],
-               width=width, label=f"{w} (k={c['k']}, mean {c['tokens_per_step']:.2f})")
+        pos = [x + (i - len(groups) / 2 + 0.5) * width for x in xs]
+        ax.bar(pos, [hist.get(x, 0) / total for x in xs], width=width,
+               label=f"{w} (k={c['k']}, mean {c['tokens_per_step']:.2f})")
+        a, k = c["alpha"], c["k"]       # what i.i.d. acceptance with the fitted alpha would give
+        iid = [a ** (x - 1) * (1 - a) if x <= k else a ** k for x in xs]
+        ax.scatter(pos, iid, marker="_", s=120, color="black", linewidths=2, zorder=3)
+    ax.scatter([], [], marker="_", s=120, color="black", label="i.i.d. prediction (fitted α)")
     ax.set(xlabel="tokens gained in the round (accepted drafts + 1)", ylabel="fraction of rounds",
            title="Tokens per round at batch 1")
     ax.title.set_fontsize(9)
