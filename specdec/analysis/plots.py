@@ -113,6 +113,7 @@ def acceptance_by_position(summary) -> bytes:
         ca = _reached(c)
         ax.plot(range(1, len(ca) + 1), ca, ls="--", lw=1, label=f"{c['workload']} T={t:g}")
     ax.set_ylim(0, 1.02)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set(xlabel="draft position j", ylabel="P(accept j | 1..j-1 accepted)",
            title=f"Acceptance by draft position (flat = i.i.d. holds; shown where >= {MIN_REACH} rounds reached j)")
     ax.title.set_fontsize(9)
@@ -144,6 +145,7 @@ def tokens_per_round(summary) -> bytes:
         iid = [a ** (x - 1) * (1 - a) if x <= k else a ** k for x in xs]
         ax.scatter(pos, iid, marker="_", s=120, color="black", linewidths=2, zorder=3)
     ax.scatter([], [], marker="_", s=120, color="black", label="i.i.d. prediction (fitted α)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set(xlabel="tokens gained in the round (accepted drafts + 1)", ylabel="fraction of rounds",
            title="Tokens per round at batch 1")
     ax.title.set_fontsize(9)

@@ -172,15 +172,20 @@ def verdict(cells, costs, method: str, t0: float, batch_grid) -> tuple[str, dict
     text = (f"On `{w}` at batch 1, speculation with {method} gives {top['speedup']:.2f}× at k = {k} "
             f"(predicted {top['pred_positional']:.2f}×, α = {top['alpha']:.2f}); ")
     m, p = cross["measured"], cross["predicted"]
-    if m is not None:
-        text += f"it stops paying above batch {m:.0f} (measured)"
-    elif p is not None and p > 1:
-        text += f"it stops paying above batch {p:.0f} (predicted)"
-    elif p is not None:
-        text += "the cost model predicts no gain at any batch size (prediction and measurement disagree)"
+    batch = (f"above batch {m:.0f} (measured)" if m is not None else
+             f"above batch {p:.0f} (predicted)" if p is not None and p > 1 else None)
+    if batch and be not in (None, 0.0):
+        text += f"it stops paying {batch} or below α = {be:.2f}."
     else:
-        text += f"it still pays at batch {cross['largest_batch']}, the largest measured"
-    text += f" or below α = {be:.2f}." if be is not None else " and no α makes it pay at this cost."
+        parts = [f"it stops paying {batch}" if batch else
+                 "the cost model predicts no gain even at batch 1 (prediction and measurement disagree)"
+                 if p is not None else
+                 f"it still pays at batch {cross['largest_batch']}, the largest measured"
+                 if cross["largest_batch"] > 1 else ""]
+        parts.append("by the measured costs no α makes it pay" if be is None else
+                     "it cannot lose at any α: a round costs no more than a plain step" if be == 0.0 else
+                     f"it stops paying below α = {be:.2f}")
+        text += "; ".join(x for x in parts if x) + "."
     hard = min(base, key=lambda c: c["alpha"])
     if hard is not top:
         text += (f" On `{hard['workload']}` (α = {hard['alpha']:.2f}) the same machinery gives "

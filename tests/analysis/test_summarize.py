@@ -133,3 +133,11 @@ def test_overhead_calibrated_prediction():
     assert s["overhead_s"] == pytest.approx(o)
     expect = s["tokens_per_step"] * 0.02 / (t_target(1, 3) + 2 * t_draft(1) + o)
     assert s["pred_calibrated"] == pytest.approx(expect) and s["pred_calibrated"] > s["pred_positional"]
+
+
+def test_verdict_for_a_free_proposer_without_batch_sweep():
+    free = Costs(lambda b, q: 0.01, lambda b: 0.0, "synthetic")          # flat cost curve, free drafts
+    s = summarize([cell("grounded", 3, 1, 1.8, [3, 3, 0, 2])], free, "method `ngram`", [1], [0.0], q_max=9)
+    assert s["verdict"].startswith("On `grounded` at batch 1, speculation with method `ngram` gives 1.80× at k = 3")
+    assert s["verdict"].endswith("it cannot lose at any α: a round costs no more than a plain step.")
+    assert s["break_even"][1][3] == 0.0
