@@ -57,7 +57,8 @@ def build_blocks(summary: dict, meta: dict) -> list:
                 f"{_pct(err['median_abs_err_positional_held_out'], False)}), "
                 f"{_pct(err['median_abs_err_iid'], False)} with Leviathan's i.i.d. formula. Both use the measured "
                 f"round cost t_target(b, k+1) + k·t_draft(b). Adding the engine's per-step work outside the "
-                f"forwards (measured on the plain runs) gives {_pct(err['median_abs_err_calibrated'], False)}. Greedy outputs identical to plain decoding: "
+                f"forwards (measured on the plain runs) gives {_pct(err['median_abs_err_calibrated'], False)}. "
+                f"Greedy outputs identical to plain decoding: "
                 f"**{'yes' if err['greedy_identical'] else 'NO'}** in {err['greedy_cells_checked']} cells.")]
     if err["cells_over_10pct"]:
         B.append(("table", ["cell", "measured", "predicted", "why"],

@@ -94,6 +94,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
             "torch": torch.__version__, "costs_remeasured": remeasure,
             "machine": platform.processor() or platform.machine(),
             "wall_s": time.perf_counter() - t_start}
+    summary["cost_model_table"] = costs.raw
     paths = write_report(out, summary, costs, meta)
     bars.update(task, advance=1)
     return paths
