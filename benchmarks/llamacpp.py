@@ -125,7 +125,8 @@ def _fingerprint(hf_dir: Path) -> str:
 def convert(hf_dir: str | Path, version: str = VERSION) -> Path:
     """Convert an HF Llama checkpoint to GGUF f32 (cached by the files' size and mtime)."""
     hf_dir = Path(hf_dir).resolve()
-    out = CACHE / "gguf" / f"{hf_dir.name}-{_fingerprint(hf_dir)}.f32.gguf"
+    stem = f"{hf_dir.name}-{hashlib.sha256(str(hf_dir).encode()).hexdigest()[:6]}"  # one per folder
+    out = CACHE / "gguf" / f"{stem}-{_fingerprint(hf_dir)}.f32.gguf"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -137,6 +138,9 @@ def convert(hf_dir: str | Path, version: str = VERSION) -> Path:
     if r.returncode != 0 or not tmp.exists():
         raise RuntimeError(f"GGUF conversion of {hf_dir} failed:\n{r.stderr[-3000:]}")
     tmp.replace(out)
+    for stale in out.parent.glob(f"{stem}-*.f32.gguf"):  # older snapshots of the same folder
+        if stale != out:
+            stale.unlink(missing_ok=True)
     return out
 
 
