@@ -45,6 +45,11 @@ def build_blocks(summary: dict, meta: dict) -> list:
                f"{meta['threads']} threads. {meta['groups']} repeats per cell (different prompts, alternating "
                f"plain/speculative order), {meta['max_new_tokens']} new tokens per prompt; costs: "
                f"{summary['cost_table']['source']}. Wall time {meta['wall_s']:.0f} s.")]
+    load = [x for x in meta.get("load_average", []) if x is not None]
+    if load and meta.get("cpus") and max(load) > meta["cpus"] + 1:
+        B.append(("p", f"**Warning: the machine was busy** (load average up to {max(load):.1f} on {meta['cpus']} "
+                       "CPUs): other processes competed for the cores, so the timings, and the speed-ups and "
+                       "prediction errors built on them, are unreliable. Re-run on a quiet machine."))
     B += [("h", 2, "Regimes"),
           ("table", ["regime", "cell", "acceptance α", "tokens per target step", "speed-up, measured",
                      "predicted"],

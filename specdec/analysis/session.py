@@ -6,6 +6,7 @@ stats), the cost model and the analysis modules.
 """
 from __future__ import annotations
 
+import os
 import platform
 import time
 from datetime import datetime, timezone
@@ -57,7 +58,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
             threads: int | None = None, remeasure: bool = True) -> dict[str, Path]:
     """Run the whole analysis with settings `s` (k, batch_sizes, temperatures, repeats,
     max_new_tokens, prompt_tokens) and write the report into `out`. Returns the paths."""
-    t_start = time.perf_counter()
+    t_start, load_start = time.perf_counter(), _load()
     limit = models.target.config.max_position_embeddings - s["max_new_tokens"] - 8
     prompts = {w: [p for p in ps if len(p) <= limit] for w, ps in prompts.items()}
     if not all(prompts.values()):
@@ -93,8 +94,17 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
             "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "torch": torch.__version__, "costs_remeasured": remeasure,
             "machine": platform.processor() or platform.machine(),
-            "wall_s": time.perf_counter() - t_start}
+            "wall_s": time.perf_counter() - t_start, "cpus": os.cpu_count(),
+            "load_average": [load_start, _load()]}
     summary["cost_model_table"] = costs.raw
     paths = write_report(out, summary, costs, meta)
     bars.update(task, advance=1)
     return paths
+
+
+def _load() -> float | None:
+    """The 1-minute load average (None where the OS does not report one)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None

@@ -107,3 +107,12 @@ def test_remote_flags_are_wired():
     args = build_parser().parse_args(["analyze", "--endpoint", "http://127.0.0.1:9", "--emit-vllm-config"])
     assert args.endpoint == "http://127.0.0.1:9" and args.emit_vllm_config
     assert args.func.__module__ == "specdec.commands.analyze"
+
+
+def test_busy_machine_warning(run_dir):
+    from specdec.analysis.report import build_blocks
+    res = json.loads((run_dir / "results.json").read_text())
+    meta = dict(res["meta"], cpus=2)
+    text = lambda m: " ".join(str(b[1]) for b in build_blocks(res, m) if b[0] == "p")   # noqa: E731
+    assert "machine was busy" in text(dict(meta, load_average=[9.5, 7.0]))
+    assert "machine was busy" not in text(dict(meta, load_average=[1.9, 2.1]))
