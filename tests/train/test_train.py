@@ -1,0 +1,49 @@
+"""Corpus split, data windows and a resumable training run on a tiny model."""
+import torch
+
+from specdec.models.llama import LlamaModel
+from specdec.models.loader import load_model
+from specdec.train.corpus import corpus_files, is_held_out
+from specdec.train.data import Batches
+from specdec.train.trainer import TrainConfig, lm_loss, train
+from tests.conftest import TOKENIZER, tiny_config
+
+
+def test_split_is_deterministic_disjoint_and_about_5_percent():
+    train_files, held = corpus_files("train"), corpus_files("heldout")
+    assert set(train_files).isdisjoint(held)
+    assert 0.02 < len(held) / (len(held) + len(train_files)) < 0.1
+    assert all(is_held_out(f) for f in held) and not any(is_held_out(f) for f in train_files[:50])
+    assert not any("/test/" in f or f.startswith("test/") or "site-packages" in f for f in train_files)
+
+
+def test_batches_are_seeded_and_shifted():
+    import numpy as np
+    b = Batches(np.arange(1000, dtype=np.uint16), batch=4, seq_len=16, seed=3)
+    x1, y1 = b.get(5)
+    x2, _ = b.get(5)
+    assert torch.equal(x1, x2) and torch.equal(y1[:, :-1], x1[:, 1:])
+
+
+def test_training_lowers_loss_and_resumes(tmp_path):
+    import numpy as np
+    torch.manual_seed(0)
+    stream = np.tile(np.arange(2, 50, dtype=np.uint16), 200)     # a learnable periodic stream
+    model = LlamaModel(tiny_config(vocab=64))
+    batches = Batches(stream, batch=4, seq_len=32, seed=0)
+    cfg = TrainConfig(tokens=4 * 32 * 30, minutes=5, lr=3e-3, warmup_steps=5, batch=4, seq_len=32, threads=1)
+    with torch.no_grad():
+        x, y = batches.get(999)
+        before = lm_loss(model, x, y).item()
+    state = train(model, cfg, batches.get, lm_loss, tmp_path / "work", tmp_path / "out", TOKENIZER)
+    assert state["step"] == 30
+    with torch.no_grad():
+        after = lm_loss(model, x, y).item()
+    assert after < before - 0.5
+    # resuming with a larger budget continues from step 30, and the export loads
+    cfg2 = TrainConfig(**{**cfg.__dict__, "tokens": 4 * 32 * 35})
+    state2 = train(LlamaModel(tiny_config(vocab=64)), cfg2, batches.get, lm_loss, tmp_path / "work",
+                   tmp_path / "out", TOKENIZER)
+    assert state2["step"] == 35
+    loaded = load_model(tmp_path / "out")
+    assert loaded.config.vocab_size == 64
