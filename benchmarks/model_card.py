@@ -1,0 +1,125 @@
+"""Every figure in models/README.md: perplexity, cost ratio c, acceptance and speed.
+
+    python benchmarks/model_card.py --out results/model_card [--threads 2] [--n 8] [--new-tokens 128]
+
+- held-out perplexity of the target and each draft on held-out code and on prose;
+- t(5)/t(1) of the target and the draft cost ratio c = t_draft(1 token) / t_target(1 token), batch 1;
+- acceptance per draft token at k = 4, greedy and temperature 1, on held-out code and prose;
+- tokens/s of speculative decoding (each draft, k = 4 and adaptive k) against plain decoding on
+  held-out code at batch 1, measured side by side: medians over repeats, order alternated.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from specdec.analysis.workloads import load_workload
+from specdec.config import EngineConfig, SamplingParams, SpecConfig
+from specdec.defaults import MODELS_DIR
+from specdec.engine import Engine
+from specdec.models.loader import load_model, load_tokenizer
+from specdec.train.data import perplexity, token_stream
+
+
+def step_time(model, q: int, ctx: int = 128, reps: int = 40) -> float:
+    cache = model.new_cache(1, ctx + 64)
+    cache.lengths[0] = ctx
+    tok = torch.randint(2, model.config.vocab_size, (1, q))
+    pos = torch.arange(ctx, ctx + q)[None]
+    ts = []
+    with torch.inference_mode():
+        for i in range(reps + 5):
+            t0 = time.perf_counter()
+            model(tok, pos, cache)
+            if i >= 5:
+                ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def run(target, draft, spec, prompts, params) -> dict:
+    eng = Engine(target, spec, EngineConfig(max_batch=1, max_model_len=512), draft=draft)
+    t0 = time.perf_counter()
+    seqs = eng.generate(prompts, params)
+    wall = time.perf_counter() - t0
+    m = eng.metrics
+    return {"tokens_per_s": sum(s.num_output for s in seqs) / wall, "acceptance": m.acceptance_rate,
+            "mean_acceptance_length": m.mean_acceptance_length, "outputs": [s.output_ids for s in seqs]}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="measure the model card's figures")
+    ap.add_argument("--out", type=Path, default=Path("results/model_card"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n", type=int, default=8, help="prompts per workload")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--drafts", default="draft,draft-distill")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    tok = load_tokenizer(MODELS_DIR / "target")
+    target = load_model(MODELS_DIR / "target")
+    drafts = {n: load_model(MODELS_DIR / n) for n in args.drafts.split(",") if (MODELS_DIR / n).exists()}
+    res = {"threads": args.threads, "command": "python benchmarks/model_card.py " + " ".join(argv or [])}
+    # 1. perplexity
+    streams = {"code": token_stream(tok, "heldout"), "prose": token_stream(tok, "prose")}
+    res["perplexity"] = {name: {w: perplexity(m, s) for w, s in streams.items()}
+                         for name, m in {"target": target, **drafts}.items()}
+    print(json.dumps(res["perplexity"]))
+    # 2. costs
+    t1, t5 = step_time(target, 1), step_time(target, 5)
+    res["target_t5_over_t1"] = t5 / t1
+    res["c"] = {n: step_time(d, 1) / t1 for n, d in drafts.items()}
+    print(json.dumps({"t5/t1": res["target_t5_over_t1"], "c": res["c"]}))
+    # 3. acceptance at k = 4
+    prompts = {w: load_workload(w, tok, n=args.n, prompt_tokens=128) for w in ("code", "prose")}
+    res["acceptance_k4"] = {}
+    for n, d in drafts.items():
+        for w, ps in prompts.items():
+            for temp in (0.0, 1.0):
+                params = [SamplingParams(temperature=temp, seed=i, max_new_tokens=args.new_tokens, ignore_eos=True)
+                          for i in range(len(ps))]
+                r = run(target, d, SpecConfig(method="draft", k=4), ps, params)
+                res["acceptance_k4"][f"{n}/{w}/T={temp}"] = {k: r[k] for k in ("acceptance", "mean_acceptance_length")}
+                print(n, w, temp, res["acceptance_k4"][f"{n}/{w}/T={temp}"])
+    # 4. speed on held-out code, batch 1, greedy
+    params = SamplingParams(max_new_tokens=args.new_tokens, ignore_eos=True)
+    ps = prompts["code"]
+    configs = {"plain": (None, SpecConfig(method="none", k=0))}
+    for n, d in drafts.items():
+        configs[f"{n} k=4"] = (d, SpecConfig(method="draft", k=4))
+        configs[f"{n} k=auto"] = (d, SpecConfig(method="draft", k="auto"))
+    for name, (d, spec) in configs.items():   # warm-up (also measures the adaptive cost model)
+        run(target, d, spec, ps[:1], SamplingParams(max_new_tokens=16, ignore_eos=True))
+    speeds = {name: [] for name in configs}
+    identical = {}
+    plain_out = None
+    for rep in range(args.repeats):
+        order = list(configs) if rep % 2 == 0 else list(reversed(configs))
+        for name in order:
+            d, spec = configs[name]
+            r = run(target, d, spec, ps, params)
+            speeds[name].append(r["tokens_per_s"])
+            if name == "plain":
+                plain_out = r["outputs"]
+            else:
+                identical.setdefault(name, []).append(r["outputs"])
+    med = {n: statistics.median(v) for n, v in speeds.items()}
+    res["speed_code_b1"] = {n: {"tokens_per_s": med[n], "speedup": med[n] / med["plain"],
+                                "identical_to_plain": all(o == plain_out for o in identical.get(n, [plain_out]))}
+                            for n in configs}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(res, indent=2))
+    md = ["| configuration | tokens/s | speed-up | identical to plain |", "|---|---|---|---|"]
+    md += [f"| {n} | {v['tokens_per_s']:.1f} | {v['speedup']:.2f}x | {v['identical_to_plain']} |"
+           for n, v in res["speed_code_b1"].items()]
+    (args.out / "speed.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
