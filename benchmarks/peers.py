@@ -193,7 +193,7 @@ def machine_info() -> dict:
     return {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "cpu": cpu, "cores": len(__import__("os").sched_getaffinity(0)), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__, "git_commit": commit,
-            "command": " ".join(["python"] + sys.argv)}
+            "command": " ".join(["python"] + sys.argv), "loadavg_1m": __import__("os").getloadavg()[0]}
 
 
 def main(argv=None) -> int:
@@ -203,6 +203,10 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(s, flush=True)  # noqa: E731
     torch.set_num_threads(2)
+    load0 = __import__("os").getloadavg()[0]
+    if load0 > 1.0:
+        log(f"WARNING: load average {load0:.1f} before starting; other processes will distort the timings "
+            "(llama.cpp's spinning threads suffer most). Re-run on a quiet machine for publishable numbers.")
     models = load_models(args.target, args.draft)
     tok = models.tokenizer
     prompts = load_prompts(tok, args.workloads, args.prompts, args.prompt_tokens)
@@ -237,7 +241,7 @@ def main(argv=None) -> int:
           f"Roofline: {json.dumps(roof)}\n")
     results = {"machine": machine_info(), "args": {k: v for k, v in vars(args).items()},
                "llamacpp": linfo, "rows": table_rows, "runs": runs, "roofline": roof, "goals": gs,
-               "wall_s": time.time() - t0}
+               "wall_s": time.time() - t0, "loadavg_1m_start": load0}
     if args.profile:
         p0 = prompts[args.workloads[0]][0]
         text = "".join(profile(r, p0, args.new_tokens) for r in rows
