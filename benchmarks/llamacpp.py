@@ -57,6 +57,28 @@ runpy.run_path({src!r} + '/convert_hf_to_gguf.py', run_name='__main__')
 """
 
 
+# llama.cpp's logger is a leaked singleton whose worker thread may not drain before exit
+# (upstream issue 22142): on a busy machine the final statistics lines, which carry the
+# timings, are then lost. This patch drains it at exit; it changes nothing else.
+_LOG_ANCHOR = "        log->set_colors(tty_can_use_colors());\n    });\n\n    return log;"
+_LOG_PATCH = ("        log->set_colors(tty_can_use_colors());\n"
+              "        std::atexit([] { common_log_pause(common_log_main()); });  // specdec: flush at exit\n"
+              "    });\n\n    return log;")
+STAMP = ".specdec-logflush"
+
+
+def patch_log_flush(src: Path) -> bool:
+    """Apply the flush-at-exit patch to common/log.cpp (idempotent); False if it does not apply."""
+    f = src / "common" / "log.cpp"
+    text = f.read_text()
+    if "specdec: flush at exit" in text:
+        return True
+    if _LOG_ANCHOR not in text:
+        return False
+    f.write_text(text.replace(_LOG_ANCHOR, _LOG_PATCH, 1))
+    return True
+
+
 def src_dir(version: str = VERSION) -> Path:
     return CACHE / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
 
@@ -66,7 +88,7 @@ def bin_dir(version: str = VERSION) -> Path:
 
 
 def built(version: str = VERSION) -> bool:
-    return all((bin_dir(version) / t).is_file() for t in TARGETS)
+    return (bin_dir(version).parent / STAMP).exists() and all((bin_dir(version) / t).is_file() for t in TARGETS)
 
 
 def fetch(version: str = VERSION) -> Path:
@@ -87,6 +109,8 @@ def fetch(version: str = VERSION) -> Path:
 def build(version: str = VERSION, jobs: int = 2, nice: int = 19, log=print) -> Path:
     """Configure and build TARGETS at low priority; return the bin folder."""
     src, out = fetch(version), CACHE / f"build-{version}"
+    if not patch_log_flush(src):
+        log("warning: could not patch llama.cpp's logger; timings may be lost on a busy machine")
     pre = ["nice", "-n", str(nice)] if nice else []
     gen = ["-G", "Ninja"] if subprocess.run(["which", "ninja"], capture_output=True).returncode == 0 else []
     logf = CACHE / "build.log"
@@ -96,6 +120,7 @@ def build(version: str = VERSION, jobs: int = 2, nice: int = 19, log=print) -> P
                        check=True, stdout=fh, stderr=subprocess.STDOUT)
         subprocess.run(pre + ["cmake", "--build", str(out), f"-j{jobs}", "--target", *TARGETS],
                        check=True, stdout=fh, stderr=subprocess.STDOUT)
+    (out / STAMP).write_text("log flush patch applied\n")
     log(f"llama.cpp built in {time.time() - t0:.0f} s: {bin_dir(version)} (log {logf})")
     return bin_dir(version)
 

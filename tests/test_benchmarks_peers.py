@@ -131,3 +131,15 @@ def test_tune_keeps_order_best_k_and_threads():
     assert kept[1].speed == 15 and kept[1].setting.startswith("best of k=[2, 4]")
     assert all(r.threads == 2 for r in kept if not getattr(r, "error", None))
     assert "boom" in kept[2].error
+
+
+def test_log_flush_patch_is_idempotent(tmp_path):
+    f = tmp_path / "common" / "log.cpp"
+    f.parent.mkdir()
+    f.write_text("x\n" + llamacpp._LOG_ANCHOR + "\n}\n")
+    assert llamacpp.patch_log_flush(tmp_path)
+    once = f.read_text()
+    assert "std::atexit" in once and once.count("set_colors") == 1
+    assert llamacpp.patch_log_flush(tmp_path) and f.read_text() == once
+    f.write_text("unrelated\n")
+    assert not llamacpp.patch_log_flush(tmp_path)
