@@ -233,12 +233,11 @@ def main(argv=None) -> int:
                            "errors": errs})
     table_rows += skipped
     roof = roofline_section(args, models, table_rows, log)
-    col = f"{args.modes[0]}/{args.workloads[0]}"
-    gs = report.goals(table_rows, col, roof.get("target_plain_bound_tok_s"))
-    modes = [m for m in args.modes]
-    table = report.markdown_table(table_rows, args.workloads, modes)
-    md = (f"{table}\n\nGoals (column {col}):\n\n{report.goals_markdown(gs)}\n\n"
-          f"Roofline: {json.dumps(roof)}\n")
+    cols = [f"{m}/{w}" for m in args.modes for w in args.workloads]
+    gs = {c: report.goals(table_rows, c, roof.get("target_plain_bound_tok_s")) for c in cols}
+    table = report.markdown_table(table_rows, args.workloads, args.modes)
+    md = table + "\n\n" + "".join(f"Goals ({c}):\n\n{report.goals_markdown(g)}\n\n" for c, g in gs.items()) \
+        + f"Roofline: {json.dumps(roof)}\n"
     results = {"machine": machine_info(), "args": {k: v for k, v in vars(args).items()},
                "llamacpp": linfo, "rows": table_rows, "runs": runs, "roofline": roof, "goals": gs,
                "wall_s": time.time() - t0, "loadavg_1m_start": load0}
