@@ -103,6 +103,7 @@ class CellResult:
     plain_step_s: list[float] = field(default_factory=list)
     spec_step_s: list[float] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)
+    draft_lengths: list[int] = field(default_factory=list)
     accepted_per_pos: list[int] = field(default_factory=list)
     prompt_alphas: list[float] = field(default_factory=list)
     identical: bool | None = None
@@ -114,12 +115,13 @@ class CellResult:
         self.spec_step_s.append(spec.step_s)
         for st in spec.stats:
             self.accepted_lengths += st.accepted_lengths
+            self.draft_lengths += st.draft_lengths
             if len(self.accepted_per_pos) < len(st.accepted_per_pos):
                 self.accepted_per_pos += [0] * (len(st.accepted_per_pos) - len(self.accepted_per_pos))
             for j, a in enumerate(st.accepted_per_pos):
                 self.accepted_per_pos[j] += a
             if st.accepted_lengths:
-                self.prompt_alphas.append(fit_alpha(st.accepted_lengths, self.cell.k))
+                self.prompt_alphas.append(fit_alpha(st.accepted_lengths, self.cell.k, st.draft_lengths))
         if self.cell.temperature == 0:
             same = plain.outputs == spec.outputs
             self.identical = same if self.identical is None else (self.identical and same)
@@ -137,7 +139,7 @@ class CellResult:
             "plain_step_s": statistics.median(self.plain_step_s) if self.plain_step_s else 0.0,
             "spec_step_s": statistics.median(self.spec_step_s) if self.spec_step_s else 0.0,
             "drafts": drafts, "accepted_tokens": acc,
-            "alpha": fit_alpha(L, c.k),
+            "alpha": fit_alpha(L, c.k, self.draft_lengths),
             "acceptance_rate": acc / (drafts * c.k) if drafts and c.k else 0.0,
             "tokens_per_step": 1 + acc / drafts if drafts else 1.0,
             "accepted_per_pos": self.accepted_per_pos,

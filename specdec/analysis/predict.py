@@ -59,16 +59,18 @@ def expected_tokens_empirical(accepted_lengths: Sequence[int], k: int) -> float:
     return 1.0 + sum(min(n, k) for n in accepted_lengths) / len(accepted_lengths)
 
 
-def fit_alpha(accepted_lengths: Sequence[int], k: int) -> float:
+def fit_alpha(accepted_lengths: Sequence[int], k: int, draft_lengths: Sequence[int] | None = None) -> float:
     """Maximum-likelihood i.i.d. alpha from accepted counts of rounds that drafted k tokens.
 
     Each round is a truncated geometric: n accepts, then one rejection unless n == k, so
     alpha = accepted / (accepted + rejections). This is not vLLM's acceptance rate
     (accepted / drafted), which is biased low because positions after a rejection are
-    never tried.
+    never tried. `draft_lengths` gives each round's proposed count when it was below k
+    (draft-free proposers).
     """
+    drafted = draft_lengths if draft_lengths is not None else [k] * len(accepted_lengths)
     acc = sum(accepted_lengths)
-    rej = sum(1 for n in accepted_lengths if n < k)
+    rej = sum(1 for n, d in zip(accepted_lengths, drafted) if n < d)  # a round ends early only on a rejection
     return acc / (acc + rej) if acc + rej else 0.0
 
 

@@ -27,6 +27,7 @@ class SeqStats:
     accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)  # accepted count of each draft round
+    draft_lengths: list[int] = field(default_factory=list)     # proposed count of each draft round
     target_forwards: int = 0
     t_arrival: float = field(default_factory=time.perf_counter)
     t_first_token: float | None = None
@@ -40,6 +41,7 @@ class SeqStats:
         self.draft_tokens += num_draft
         self.accepted_tokens += num_accepted
         self.accepted_lengths.append(num_accepted)
+        self.draft_lengths.append(num_draft)
         if len(self.accepted_per_pos) < num_draft:
             self.accepted_per_pos.extend([0] * (num_draft - len(self.accepted_per_pos)))
         for j in range(num_accepted):

@@ -47,7 +47,7 @@ def mixed_batches(batches, teacher, tok, seed: int, n_samples: int = 32, new_tok
     stream = batches.stream
     starts = torch.randint(0, len(stream) - 64, (n_samples,), generator=g).tolist()
     prompts = [[tok.bos_id] + stream[s:s + 64].tolist() for s in starts]
-    samples = torch.tensor(target_samples(teacher, prompts, new_tokens, seed))  # (N, 64+1+new)
+    samples = torch.tensor(target_samples(teacher, prompts, new_tokens, seed))  # (N, 65 + new)
     L = batches.seq_len
 
     def batch_fn(step: int):
