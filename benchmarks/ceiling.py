@@ -64,7 +64,9 @@ def main(argv=None):
     params = SamplingParams(max_new_tokens=args.new_tokens, ignore_eos=True)
     cfg = EngineConfig(max_batch=1, max_model_len=512)
     _, plain_out = timed(Engine(target, SpecConfig(method="none", k=0), cfg), prompts, params)
-    answers = {tuple(p): o for p, o in zip(prompts, plain_out)}
+    longer = SamplingParams(max_new_tokens=args.new_tokens + max(args.k) + 1, ignore_eos=True)
+    _, long_out = timed(Engine(target, SpecConfig(method="none", k=0), cfg), prompts, longer)
+    answers = {tuple(p): o for p, o in zip(prompts, long_out)}   # drafts may run past the end
     configs = {"plain": lambda: Engine(target, SpecConfig(method="none", k=0), cfg)}
     for k in args.k:
         configs[f"self-draft k={k}"] = lambda k=k: Engine(target, SpecConfig(method="draft", k=k), cfg, draft=target)
