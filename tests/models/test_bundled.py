@@ -1,0 +1,42 @@
+"""The bundled checkpoints: transformers loads them, logits match, and the CLI defaults work."""
+import json
+
+import pytest
+import torch
+import transformers
+
+from specdec.cli import main
+from specdec.defaults import MODELS_DIR, default_draft
+from specdec.models.loader import load_model
+
+NAMES = [n for n in ("target", "draft", "draft-distill") if (MODELS_DIR / n / "config.json").exists()]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_transformers_loads_bundled_checkpoint_and_logits_match(name):
+    path = MODELS_DIR / name
+    assert json.loads((path / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    hf = transformers.LlamaForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    ours = load_model(path)
+    tokens = torch.randint(2, 8192, (1, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = hf(tokens).logits
+        got = ours(tokens, torch.arange(48)[None])
+    assert torch.allclose(got, ref, atol=1e-3), (got - ref).abs().max()
+
+
+def test_target_beats_drafts_on_held_out_code():
+    from specdec.models.loader import load_tokenizer
+    from specdec.train.data import perplexity, token_stream
+    stream = token_stream(load_tokenizer(MODELS_DIR / "target"), "heldout")
+    ppl = {n: perplexity(load_model(MODELS_DIR / n), stream, max_tokens=4096) for n in NAMES}
+    assert all(ppl["target"] < 0.9 * ppl[n] for n in NAMES if n != "target"), ppl
+
+
+def test_generate_with_no_flags_prints_python(capsys):
+    assert default_draft().exists()
+    code = main(["generate", "--prompt", "def parse_args(argv):", "--max-new-tokens", "48", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and len(out["token_ids"]) > 0
+    text = out["text"]
+    assert "\n" in text and any(w in text for w in ("return", "=", "(", "if ", "parser"))
