@@ -25,20 +25,7 @@ from specdec.engine import Engine
 from specdec.models.loader import load_model, load_tokenizer
 from specdec.train.data import perplexity, token_stream
 
-
-def step_time(model, q: int, ctx: int = 128, reps: int = 40) -> float:
-    cache = model.new_cache(1, ctx + 64)
-    cache.lengths[0] = ctx
-    tok = torch.randint(2, model.config.vocab_size, (1, q))
-    pos = torch.arange(ctx, ctx + q)[None]
-    ts = []
-    with torch.inference_mode():
-        for i in range(reps + 5):
-            t0 = time.perf_counter()
-            model(tok, pos, cache)
-            if i >= 5:
-                ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+from decode_cost import time_q
 
 
 def run(target, draft, spec, prompts, params) -> dict:
@@ -71,9 +58,9 @@ def main(argv=None):
                          for name, m in {"target": target, **drafts}.items()}
     print(json.dumps(res["perplexity"]))
     # 2. costs
-    t1, t5 = step_time(target, 1), step_time(target, 5)
+    t1, t5 = time_q(target, 1, 1, 128, 40), time_q(target, 5, 1, 128, 40)
     res["target_t5_over_t1"] = t5 / t1
-    res["c"] = {n: step_time(d, 1) / t1 for n, d in drafts.items()}
+    res["c"] = {n: time_q(d, 1, 1, 128, 40) / t1 for n, d in drafts.items()}
     print(json.dumps({"t5/t1": res["target_t5_over_t1"], "c": res["c"]}))
     # 3. acceptance at k = 4
     prompts = {w: load_workload(w, tok, n=args.n, prompt_tokens=128) for w in ("code", "prose")}
