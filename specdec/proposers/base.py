@@ -83,6 +83,14 @@ class NoProposer(BaseProposer):
         return Draft(tokens=torch.zeros(len(context), 0, dtype=torch.long), lengths=[0] * len(context))
 
 
+def move_row_state(rows: dict, src: int, dst: int) -> None:
+    """For proposers that keep per-row state in a dict: the state of `src` now belongs to `dst`."""
+    if src in rows:
+        rows[dst] = rows.pop(src)
+    else:
+        rows.pop(dst, None)
+
+
 _REGISTRY: dict[str, Callable] = {}
 
 

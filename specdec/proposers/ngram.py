@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .base import BaseProposer, Draft, register
+from .base import BaseProposer, Draft, move_row_state, register
 
 
 def find_match(buf: np.ndarray, min_n: int, max_n: int) -> tuple[int, int]:
@@ -80,10 +80,7 @@ class NgramProposer(BaseProposer):
         self.rows.pop(row, None)
 
     def move_row(self, src, dst):
-        if src in self.rows:
-            self.rows[dst] = self.rows.pop(src)
-        else:
-            self.rows.pop(dst, None)
+        move_row_state(self.rows, src, dst)
 
     def finish(self, row):
         self.rows.pop(row, None)

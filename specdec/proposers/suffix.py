@@ -29,7 +29,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import ConfigError
-from .base import BaseProposer, register
+from .base import BaseProposer, move_row_state, register
 from .ngram import pack
 
 
@@ -149,10 +149,7 @@ class SuffixProposer(BaseProposer):
         self.rows[row] = _Row(seq, self.depth, len(seq.token_ids))
 
     def move_row(self, src, dst):
-        if src in self.rows:
-            self.rows[dst] = self.rows.pop(src)
-        else:
-            self.rows.pop(dst, None)
+        move_row_state(self.rows, src, dst)
 
     def finish(self, row):
         r = self.rows.pop(row, None)
