@@ -26,15 +26,10 @@ class DraftModelProposer(BaseProposer):
         ids = torch.tensor([seq.token_ids[:-1]], dtype=torch.long, device=self.model.device)
         self.cache.reset(row)
         if ids.shape[1]:
-            self._forward_rows(row, ids, [0])
+            with torch.inference_mode():        # prefill into a one-row view of the cache
+                pos = torch.arange(ids.shape[1], device=ids.device)[None]
+                self.model(ids, pos, self.cache.rows(row, row + 1), num_layers=self.num_layers)
             self.cache.lengths[row] = ids.shape[1]
-
-    def _forward_rows(self, row, ids, starts):
-        """Prefill: run ids (1, T) for one row through a one-row view of the cache."""
-        view = self.cache.rows(row, row + 1)
-        pos = torch.arange(ids.shape[1], device=ids.device)[None] + starts[0]
-        with torch.inference_mode():
-            self.model(ids, pos, view, num_layers=self.num_layers)
 
     def move_row(self, src, dst):
         self.cache.move_row(src, dst)
