@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.analysis.cost_model import CostModel
+from specdec.costs.cost_model import CostModel
 from specdec.analysis.workloads import load_workload
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.defaults import default_draft, default_target

@@ -20,3 +20,10 @@ def default_draft() -> Path:
         if (MODELS_DIR / name / "config.json").exists():
             return MODELS_DIR / name
     return MODELS_DIR / "draft"
+
+
+def cache_dir() -> Path:
+    """Where measured tables and corpus token streams are cached ($SPECDEC_CACHE or ~/.cache/specdec)."""
+    d = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .cost_model import CostModel
+from ..costs.cost_model import CostModel
 
 
 @dataclass
@@ -51,4 +51,4 @@ def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context:
             on_progress((i + 1) / len(bs))
     key = proposer.cost_key() if proposer is not None else "none"
     return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context),
-                 "measured cost model (analysis/cost_model.py)", cm.table())
+                 "measured cost model (costs/cost_model.py)", cm.table())

@@ -4,7 +4,7 @@ Rows are batch sizes b, columns q = positions scored per row (q = k + 1 verifies
 cells are milliseconds per target forward at the reference cache length. Also shown: the
 cost of scoring k_max+1 positions relative to one, how much a long cache adds, and the
 draft model's milliseconds per proposed token. The table is cached for the engine
-(`--k auto`) to reuse; see specdec/analysis/cost_model.py.
+(`--k auto`) to reuse; see specdec/costs/cost_model.py.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def render(table: dict) -> None:
 def run(args) -> int:
     import torch
 
-    from ..analysis.cost_model import CostModel
+    from ..costs.cost_model import CostModel
     from ..engine.build import load_models
 
     if args.k_max < 1 or any(b < 1 for b in args.batch_sizes):

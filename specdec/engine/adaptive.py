@@ -5,7 +5,7 @@
 
 - E[tokens | a, k] comes from per-position Beta posteriors per request and per proposer
   (acceptance.py), capped by each request's remaining max_new_tokens.
-- t_target and t_draft come from the measured cost model (analysis/cost_model.py), at
+- t_target and t_draft come from the measured cost model (costs/cost_model.py), at
   the batch's longest cache length L; `ensure(b)` measures a batch size on first use.
 - overhead(b, k) = a_b + c_b * k is what the step really costs beyond the cost model
   (verification, sampling, the proposer's Python, a draft-free proposer's work): a
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.cost_model import CostModel
+from ..costs.cost_model import CostModel
 from .acceptance import AcceptanceTracker
 
 FIT_DECAY = 0.95      # per observed step (~20 steps) in the overhead fit

@@ -102,8 +102,8 @@ def self_prompts(target, n: int = 2, length: int = 24, seed: int = 0) -> list[li
 
 def _calibration_file(target, k: int) -> Path:
     """Where the choice for these weights, on this machine and thread count, is cached."""
-    from ..analysis.cost_model import identity_hash, model_identity
-    from ..train.data import cache_dir
+    from ..costs.cost_model import identity_hash, model_identity
+    from ..defaults import cache_dir
     h = hashlib.sha256(json.dumps(model_identity(target), sort_keys=True).encode() + str(k).encode())
     for p in target.parameters():                  # the weights decide acceptance: sample them
         h.update(p.detach().reshape(-1)[:4096].float().cpu().numpy().tobytes())

@@ -2,20 +2,14 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..defaults import cache_dir  # noqa: F401  (re-exported for train.commands)
 from ..models.tokenizer import Tokenizer
 from .corpus import corpus_files, prose_text, read_text
-
-
-def cache_dir() -> Path:
-    d = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def token_stream(tok: Tokenizer, split: str) -> np.ndarray:

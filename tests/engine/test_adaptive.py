@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.analysis.cost_model import CostModel
+from specdec.costs.cost_model import CostModel
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.engine.acceptance import AcceptanceTracker
 from specdec.engine.adaptive import AdaptiveK, StepOverhead

@@ -83,7 +83,7 @@ def identity_hash(identity: dict) -> str:
 
 
 def cache_path(identity: dict) -> Path:
-    from ..train.data import cache_dir
+    from ..defaults import cache_dir
     d = cache_dir() / "costs"
     d.mkdir(parents=True, exist_ok=True)
     return d / f"{identity_hash(identity)}.json"

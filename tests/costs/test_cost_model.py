@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from specdec.analysis import cost_model as cm_mod
-from specdec.analysis import profiling
-from specdec.analysis.cost_model import CostModel, cache_path, identity_hash, model_identity
-from specdec.analysis.profiling import bisect_order, grid_rows
+from specdec.costs import cost_model as cm_mod
+from specdec.costs import profiling
+from specdec.costs.cost_model import CostModel, cache_path, identity_hash, model_identity
+from specdec.costs.profiling import bisect_order, grid_rows
 from tests.conftest import make_model, perturbed
 
 FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
