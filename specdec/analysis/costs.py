@@ -1,9 +1,14 @@
-"""Step costs for the analysis, from the project's measured cost model (cost_model.py).
+"""Step costs for the analysis, from the project's measured cost model (costs/cost_model.py).
 
 `Costs` narrows `CostModel` to what the predictions need, at the cache length the runs
-actually decode at: t_target(b, q) for one target forward of q positions per row, and
-t_draft(b) per drafted token. The cost model caches its measurements per model shape, so
-only the first analysis on a machine pays for them.
+actually decode at:
+- t_target(b, q): one target forward of q positions per row, timed alone;
+- t_draft(b): one draft step per drafted token, timed alone;
+- t_round(b, k, sampled): one real engine step drafting k tokens (k = 0: a plain step),
+  i.e. the forwards plus the measured per-round overhead (costs/rounds.py). Predictions use
+  this; the forward-only numbers are kept to show how much the overhead matters.
+The cost model caches its measurements per model shape, so only the first analysis on a
+machine pays for them (unless `remeasure`, the default of `specdec analyze`).
 """
 from __future__ import annotations
 
@@ -15,17 +20,29 @@ from ..costs.cost_model import CostModel
 
 @dataclass
 class Costs:
-    t_target: Callable[[int, int], float]      # (b, q) -> seconds for one forward of q positions per row
-    t_draft: Callable[[int], float]            # b -> seconds per drafted token (all rows)
-    source: str                                # how the numbers were obtained, for the report
-    raw: dict = field(default_factory=dict)    # the cost model's own table
+    t_target: Callable[[int, int], float]           # (b, q) -> seconds, one forward of q positions per row
+    t_draft: Callable[[int], float]                 # b -> seconds per drafted token (all rows)
+    t_round: Callable[[int, int, bool], float]      # (b, k, sampled) -> seconds of a real engine step
+    source: str                                     # how the numbers were obtained, for the report
+    raw: dict = field(default_factory=dict)         # the cost model's own table
+
+    def ratio(self, b: int, k: int, sampled: bool = False) -> float:
+        """A k-draft round's cost in plain engine steps at the same batch size."""
+        return self.t_round(b, k, sampled) / self.t_round(b, 0, sampled)
+
+    def forward_ratio(self, b: int, k: int) -> float:
+        """The same from the forwards alone: (t_target(b, k+1) + k t_draft(b)) / t_target(b, 1)."""
+        return (self.t_target(b, k + 1) + k * self.t_draft(b)) / self.t_target(b, 1)
 
     def table(self, batch_sizes, q_max: int) -> dict:
-        """t(b, q) for the report: {"b": [...], "q": [...], "t_s": [[...per q] per b], "t_draft_s": [...]}."""
+        """For the report: {"b", "q", "t_s": t(b, q) per b, "t_draft_s", "round_s": real step
+        seconds by k = 0..q_max-1 per b (greedy), "source"}."""
         qs = list(range(1, q_max + 1))
         return {"b": list(batch_sizes), "q": qs,
                 "t_s": [[self.t_target(b, q) for q in qs] for b in batch_sizes],
-                "t_draft_s": [self.t_draft(b) for b in batch_sizes], "source": self.source}
+                "t_draft_s": [self.t_draft(b) for b in batch_sizes],
+                "round_s": [[self.t_round(b, k, False) for k in range(q_max)] for b in batch_sizes],
+                "source": self.source}
 
     def draft_cost_ratio(self, b: int = 1) -> float:
         """c = t_draft / t_target at batch b (Leviathan's c)."""
@@ -34,21 +51,34 @@ class Costs:
 
 def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context: int = 128,
                device: str | None = None, threads: int | None = None, remeasure: bool = True,
+               round_timer=None, modes=(False,),
                on_progress: Callable[[float], None] | None = None) -> Costs:
     """Costs of `target` (a LlamaModel) and `proposer` (timed if it runs a model), measured
     (or read from the cost model's cache) for every batch size in `batch_sizes` and
-    q = 1..q_max, and evaluated at `context` cached tokens per row. `remeasure` (default)
-    times the forwards now, under the same machine load as the runs they predict, rather
-    than reusing the cost model's cache from another time."""
+    q = 1..q_max, and evaluated at `context` cached tokens per row. With `round_timer`
+    (engine/calibrate.py), real rounds are timed too, for each sampling mode in `modes`
+    (False: greedy, True: sampled). `remeasure` (default) times everything now, under the
+    same machine load as the runs it predicts, rather than reusing an older cache."""
     bs = sorted(set(batch_sizes) | {1})
     cm = CostModel.load_or_measure(target, proposer, device=device, threads=threads, quick=True,
                                    k_max=q_max - 1, batch_sizes=bs, remeasure=remeasure)
-    for i, b in enumerate(bs):
+    key = proposer.cost_key() if proposer is not None else None
+    if round_timer is not None:
+        cm.attach_round_timer(round_timer)
+    steps = len(bs) * (1 + len(modes))
+    done = 0
+    for b in bs:
         while cm.ensure(b):          # complete the measured rows around b, one q at a time
-            if on_progress:
-                on_progress((i + 0.5) / len(bs))
+            pass
+        done += 1
         if on_progress:
-            on_progress((i + 1) / len(bs))
-    key = proposer.cost_key() if proposer is not None else "none"
-    return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context),
-                 "measured cost model (costs/cost_model.py)", cm.table())
+            on_progress(done / steps)
+        for sampled in modes:
+            while cm.ensure_rounds(b, key, sampled, everything=True):
+                pass
+            done += 1
+            if on_progress:
+                on_progress(done / steps)
+    return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context) if key else 0.0,
+                 lambda b, k, s: cm.t_round(key, b, k, context, s),
+                 "measured cost model (costs/cost_model.py): forwards plus real engine rounds", cm.table())

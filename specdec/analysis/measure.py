@@ -2,14 +2,17 @@
 
 A cell is (workload, k, batch, temperature). Cells sharing (workload, batch, temperature)
 form a block: the same prompts are decoded plainly and with every k, in groups of `batch`
-prompts, alternating the order (plain, k1, k2, ... then reversed) from group to group so
-that drift in machine speed hits both sides alike. Throughput counts only decode steps:
-the first step (prefill plus one round) is excluded, as it is the same work for both.
-The cell's speed-up is the median over groups of the paired ratio spec / plain.
+prompts, all in lockstep (`lockstep_runs`) so that drift in machine speed hits both sides
+alike. Throughput counts only decode steps:
+the first step (admission: prefill and the first token) is excluded, as it is the same
+work for both. The cell's speed-up pools its groups: total decode tokens per second with
+speculation over the same without (each group's ratio is kept as well). Groups decode
+different prompts, whose acceptance differs, so pooling (rather than taking the median
+group) is what a prediction from the groups' own acceptance can be compared with.
 
 Collected per cell: per-position acceptance counts, accepted length of every round,
-per-prompt alpha, tokens per target step, and, for greedy cells, whether every output
-was identical to plain decoding.
+per-prompt alpha (also grouped as the rows of each group), tokens per target step, and, for
+greedy cells, whether every output was identical to plain decoding.
 """
 from __future__ import annotations
 
@@ -49,7 +52,8 @@ class Plan:
         return {key: sorted(set(ks)) for key, ks in out.items()}
 
     def num_runs(self) -> int:
-        return sum(self.groups * (1 + len(ks)) for ks in self.blocks().values())
+        """Lockstep groups to decode (each runs plain and every k of its block together)."""
+        return self.groups * len(self.blocks())
 
 
 def plan_cells(workloads, ks, batch_sizes, temperatures, full: bool = False,
@@ -70,29 +74,45 @@ def plan_cells(workloads, ks, batch_sizes, temperatures, full: bool = False,
 @dataclass
 class Run:
     tok_s: float                       # decode tokens per second (first step excluded)
+    tokens: int                        # decode tokens (first step excluded)
+    decode_s: float                    # seconds of the decode steps
     step_s: float                      # median seconds per decode step
     outputs: list[list[int]]
     stats: list                        # SeqStats of each sequence
 
 
-def timed_run(models: Models, spec, prompts: list[list[int]], params: list[SamplingParams],
-              max_len: int, device: str = "cpu") -> Run:
-    """Decode `prompts` as one batch; time every step after the first."""
-    engine = make_engine(models, spec, EngineConfig(max_batch=len(prompts), max_model_len=max_len,
-                                                    device=device))
-    seqs = [engine.add_request(p, sp) for p, sp in zip(prompts, params)]
-    engine.step()                                             # prefill all rows + one round
-    n0 = sum(s.num_output for s in seqs)
-    times = []
-    while engine.has_unfinished():
+def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params: list[SamplingParams],
+                  max_len: int, device: str = "cpu") -> dict:
+    """Decode `prompts` as one batch once per spec ({name: SpecConfig}), stepping the engines
+    in turn, and time every step after the first (admission). Returns {name: Run}.
+
+    The machine this runs on is shared: its speed drifts by tens of percent within seconds.
+    Runs one after another would each catch a different spell; stepping every engine in
+    turn, always the one least far through its tokens, spreads each run's steps evenly over
+    the same wall-clock window, so drift hits plain and speculative decoding alike."""
+    engines, seqs, times, n0 = {}, {}, {}, {}
+    for name, spec in specs.items():
+        eng = make_engine(models, spec, EngineConfig(max_batch=len(prompts), max_model_len=max_len, device=device))
+        seqs[name] = [eng.add_request(p, sp) for p, sp in zip(prompts, params)]
+        eng.step()                                            # admission: prefill, first tokens
+        engines[name], times[name] = eng, []
+        n0[name] = sum(s.num_output for s in seqs[name])
+    total = sum(sp.max_new_tokens for sp in params)
+    while True:
+        live = [n for n, e in engines.items() if e.has_unfinished()]
+        if not live:
+            break
+        name = min(live, key=lambda n: sum(s.num_output for s in seqs[n]) / total)
         t0 = time.perf_counter()
-        engine.step()
-        times.append(time.perf_counter() - t0)
-    engine.collect_finished()
-    n = sum(s.num_output for s in seqs) - n0
-    dt = sum(times)
-    return Run(n / dt if dt > 0 else 0.0, statistics.median(times) if times else 0.0,
-               [s.output_ids for s in seqs], [s.stats for s in seqs])
+        engines[name].step()
+        times[name].append(time.perf_counter() - t0)
+    out = {}
+    for name, eng in engines.items():
+        eng.collect_finished()
+        n, dt = sum(s.num_output for s in seqs[name]) - n0[name], sum(times[name])
+        out[name] = Run(n / dt if dt > 0 else 0.0, n, dt, statistics.median(times[name]) if times[name] else 0.0,
+                        [s.output_ids for s in seqs[name]], [s.stats for s in seqs[name]])
+    return out
 
 
 @dataclass
@@ -106,11 +126,16 @@ class CellResult:
     draft_lengths: list[int] = field(default_factory=list)
     accepted_per_pos: list[int] = field(default_factory=list)
     prompt_alphas: list[float] = field(default_factory=list)
+    group_alphas: list[list[float]] = field(default_factory=list)   # per group, alpha of each row
+    totals: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # plain tok, s; spec tok, s
     identical: bool | None = None
 
     def add(self, plain: Run, spec: Run) -> None:
         self.plain_tok_s.append(plain.tok_s)
         self.spec_tok_s.append(spec.tok_s)
+        for i, x in enumerate((plain.tokens, plain.decode_s, spec.tokens, spec.decode_s)):
+            self.totals[i] += x
+        self.group_alphas.append([])
         self.plain_step_s.append(plain.step_s)
         self.spec_step_s.append(spec.step_s)
         for st in spec.stats:
@@ -122,6 +147,7 @@ class CellResult:
                 self.accepted_per_pos[j] += a
             if st.accepted_lengths:
                 self.prompt_alphas.append(fit_alpha(st.accepted_lengths, self.cell.k, st.draft_lengths))
+                self.group_alphas[-1].append(self.prompt_alphas[-1])
         if self.cell.temperature == 0:
             same = plain.outputs == spec.outputs
             self.identical = same if self.identical is None else (self.identical and same)
@@ -130,10 +156,12 @@ class CellResult:
         c, L = self.cell, self.accepted_lengths
         drafts, acc = len(L), sum(L)
         ratios = [s / p for s, p in zip(self.spec_tok_s, self.plain_tok_s) if p > 0]
+        pn, pt, sn, st = self.totals
+        pooled = (sn / st) / (pn / pt) if pn and pt and st else 0.0
         return {
             "workload": c.workload, "k": c.k, "batch": c.batch, "temperature": c.temperature,
             "groups": len(ratios),
-            "speedup": statistics.median(ratios) if ratios else 0.0, "speedups": ratios,
+            "speedup": pooled, "speedups": ratios,
             "plain_tok_s": statistics.median(self.plain_tok_s) if self.plain_tok_s else 0.0,
             "spec_tok_s": statistics.median(self.spec_tok_s) if self.spec_tok_s else 0.0,
             "plain_step_s": statistics.median(self.plain_step_s) if self.plain_step_s else 0.0,
@@ -144,7 +172,7 @@ class CellResult:
             "tokens_per_step": 1 + acc / drafts if drafts else 1.0,
             "accepted_per_pos": self.accepted_per_pos,
             "accepted_length_hist": {str(n): m for n, m in sorted(Counter(L).items())},
-            "prompt_alphas": self.prompt_alphas,
+            "prompt_alphas": self.prompt_alphas, "group_alphas": self.group_alphas,
             "identical_to_plain": self.identical,
         }
 
@@ -164,22 +192,19 @@ def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
         prompts = plan.prompts[w]
         longest = max(len(p) for p in prompts)
         max_len = min(longest + plan.max_new_tokens + 8, models.target.config.max_position_embeddings)
+        specs = {k: spec_for_k(k) for k in [0] + ks}
         if b not in warmed:  # first calls at a new batch shape pay one-off costs
             warm = _group_prompts(prompts, 0, b)
             wp = [SamplingParams(max_new_tokens=plan.warmup_tokens, ignore_eos=True)] * b
-            for k in [0] + ks:
-                timed_run(models, spec_for_k(k), warm, wp, max_len, device)
+            lockstep_runs(models, specs, warm, wp, max_len, device)
             warmed.add(b)
         for g in range(plan.groups):
             group = _group_prompts(prompts, g, b)
             params = [SamplingParams(temperature=temp, seed=10_000 * g + i, max_new_tokens=plan.max_new_tokens,
                                      ignore_eos=True) for i in range(b)]
-            order = [0] + ks if g % 2 == 0 else ks[::-1] + [0]
-            runs = {}
-            for k in order:
-                runs[k] = timed_run(models, spec_for_k(k), group, params, max_len, device)
-                if on_run:
-                    on_run(f"{w} b={b} T={temp:g} " + (f"k={k}" if k else "plain"))
+            runs = lockstep_runs(models, specs, group, params, max_len, device)
+            if on_run:
+                on_run(f"{w} b={b} T={temp:g} k={','.join(map(str, ks))}")
             for k in ks:
                 cell = Cell(w, k, b, temp)
                 results.setdefault(cell, CellResult(cell)).add(runs[0], runs[k])

@@ -53,7 +53,7 @@ def speedup_vs_alpha(summary, costs) -> bytes:
     cmap = plt.get_cmap("viridis")
     alphas = [i / 200 for i in range(200)]
     for k in range(1, 9):
-        r = P.cost_ratio(costs.t_target, costs.t_draft, 1, k)
+        r = costs.ratio(1, k)
         ax.plot(alphas, [P.predicted_speedup(a, k, r) for a in alphas], color=cmap((k - 1) / 7), lw=1.2,
                 label=f"theory k={k}")
     workloads = sorted({c["workload"] for c in summary["cells"]})
@@ -90,8 +90,8 @@ def speedup_vs_batch(summary, costs) -> bytes:
         ax.plot([c["batch"] for c in row], [c["speedup"] for c in row], "o-", color=col, label=f"measured k={k}")
         base = [c for c in row if c["batch"] == 1]
         if base:
-            tok = base[0]["tokens_positional"]
-            ax.plot(bs, [P.speedup(tok, P.cost_ratio(costs.t_target, costs.t_draft, b, k)) for b in bs],
+            tok = base[0]["tokens_iid"]
+            ax.plot(bs, [P.speedup(tok, costs.ratio(b, k, t0 > 0)) for b in bs],
                     "--", color=col, lw=1, label=f"predicted k={k}")
     ax.axhline(1.0, color="grey", ls=":", lw=1)
     ax.set_xscale("log", base=2)

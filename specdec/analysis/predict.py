@@ -12,11 +12,18 @@ by measured times: t_target(b, k+1) + k * t_draft(b), so
 
 The i.i.d. assumption fails when acceptance falls with draft position or differs between
 prompts; `expected_tokens_positional` and `expected_tokens_mixture` are the better estimates.
-Everything here is pure arithmetic on numbers measured elsewhere.
+
+Requests are finite: the last round of a row is cut at its max_new_tokens, and in a batch the
+rows finish at different rounds, so the batch shrinks while the slowest rows catch up.
+`simulate_speedup` follows that round by round (Monte Carlo over acceptance draws) with
+the measured cost of a round at each batch size. Everything here is pure arithmetic on
+numbers measured elsewhere.
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence
+
+import numpy as np
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -152,3 +159,34 @@ def crossover(xs: Sequence[float], ys: Sequence[float], level: float = 1.0) -> f
 def relative_error(predicted: float, measured: float) -> float:
     """(predicted - measured) / measured."""
     return (predicted - measured) / measured if measured else float("inf")
+
+
+def simulate_speedup(alpha: float | Sequence[float], k: int, b: int, new_tokens: int,
+                     t_round: Callable[[int, int], float], trials: int = 400, seed: int = 0) -> float:
+    """Expected speed-up of decoding `new_tokens` per row for a batch of b rows, k drafts per
+    round each accepted i.i.d. with probability alpha (one for all rows, or one per row),
+    over plain decoding of the same.
+
+    t_round(a, k) is the seconds of a round with a active rows (k = 0: a plain step). A row
+    gains min(accepted + 1, tokens left) per round and leaves when done; plain decoding
+    takes new_tokens steps of the full batch. Deterministic for a given seed."""
+    if k <= 0 or new_tokens <= 0:
+        return 1.0
+    cost = np.array([0.0] + [t_round(a, k) for a in range(1, b + 1)])          # (b+1,) by active rows
+    a = np.broadcast_to(np.asarray(alpha, dtype=float).reshape(-1, 1), (b, 1))  # (b, 1) per row
+    rng = np.random.default_rng(seed)
+    left = np.full((trials, b), new_tokens)                                    # (trials, b)
+    spent = np.zeros(trials)
+    while (left > 0).any():
+        active = (left > 0).sum(1)                                             # (trials,)
+        spent += cost[active]
+        ok = rng.random((trials, b, k)) < a                                    # (trials, b, k)
+        accepted = np.cumprod(ok, axis=2).sum(2)                               # leading accepts
+        left = np.maximum(left - (accepted + 1), 0)
+    return new_tokens * t_round(b, 0) / float(spent.mean())
+
+
+def pooled_speedup(speedups: Sequence[float]) -> float:
+    """Speed-up over groups that each decode the same number of tokens plainly in equal time:
+    total plain time over total speculative time, i.e. the harmonic mean."""
+    return len(speedups) / sum(1.0 / s for s in speedups)

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress as _Rich, Text
 from ..config import EngineConfig
 from ..errors import ConfigError
 from ..engine.build import make_engine
+from ..engine.calibrate import round_timer
 from .costs import load_costs
 from .measure import Plan, plan_cells, run_plan
 from .report import write_report
@@ -73,9 +74,12 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
     probe = make_engine(models, spec_for_k(k_top), EngineConfig(max_batch=1, max_model_len=64, device=device))
     task = bars.add("measuring step costs t(b, q)", total=100)
     q_max = max(k_top, 8) + 1          # the theory curves and break-even table go to k = 8
+    modes = sorted({t > 0 for t in s["temperatures"]})
+    timer = round_timer(models.target, spec_for_k(k_top), models.draft, prompt_len=s["prompt_tokens"], steps=24)
     costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=q_max,
                        context=s["prompt_tokens"] + s["max_new_tokens"] // 2, device=device, threads=threads,
-                       remeasure=remeasure, on_progress=lambda f: bars.update(task, completed=100 * f))
+                       remeasure=remeasure, round_timer=timer, modes=modes,
+                       on_progress=lambda f: bars.update(task, completed=100 * f))
     del probe
     bars.update(task, completed=100)
 
@@ -85,7 +89,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
 
     task = bars.add("predicting and writing the report", total=2)
     summary = summarize([r.as_dict() for r in results], costs, method, s["batch_sizes"], s["temperatures"],
-                        q_max=q_max)
+                        q_max=q_max, new_tokens=plan.max_new_tokens - 1)
     bars.update(task, advance=1)
     meta = {"target": str(models.target_path), "draft": str(models.draft_path) if models.draft_path else None,
             "device": device, "threads": torch.get_num_threads(), "groups": plan.groups,

@@ -3,12 +3,18 @@
 Input: cell dicts from `measure.CellResult.as_dict()` and a `costs.Costs`. Output: one
 JSON-able dict that `report.py` renders. Every number in it comes from the measurements.
 
-Two predictions per cell, both from the acceptance measured at the block's largest k
-(held out for every smaller k; in-sample for the largest k itself) and the measured
-round cost:
-- `iid`: Leviathan's formula with the alpha fitted there;
-- `positional`: the per-position acceptance measured there.
-They differ exactly where acceptance depends on the position in the draft.
+The cost of a round is the measured real engine step (`Costs.t_round`: forwards plus the
+per-round overhead), in units of a plain step at the same batch size. Predictions per cell:
+- `pred` (the headline): each prompt's fitted alpha, Leviathan's i.i.d. acceptance, and
+  the finite request length followed round by round (`predict.simulate_speedup`: the last
+  round is cut short, the batch shrinks as rows finish), pooled over the groups as the
+  measurement is;
+- `pred_iid`: Leviathan's steady state (1 - a^(k+1))/(1 - a) divided by the round's cost;
+- `pred_positional`: per-position acceptance measured at the block's largest k (held out
+  for every smaller k), steady state: this tests whether one run's acceptance predicts
+  another k;
+- `pred_forward`: the steady state with forward-only costs, t_target(b, k+1) + k t_draft(b),
+  which leaves out the overhead: kept to show how much that matters.
 """
 from __future__ import annotations
 
@@ -20,54 +26,68 @@ THEORY_KS = tuple(range(1, 9))
 MISLEAD = 0.10      # the i.i.d. tokens-per-round estimate is "misleading" beyond this relative error
 
 
-def _ratio(costs, b, k):
-    return P.cost_ratio(costs.t_target, costs.t_draft, b, k)
+def _ratio(costs, b, k, temperature=0.0):
+    return costs.ratio(b, k, temperature > 0)
 
 
-def annotate(cells: list[dict], costs) -> list[dict]:
-    """Add predictions and errors to every cell (in place) and return them."""
+def annotate(cells: list[dict], costs, new_tokens: int | None = None) -> list[dict]:
+    """Add predictions and errors to every cell (in place) and return them. `new_tokens`:
+    decode tokens per request in the runs (None: predict the steady state only)."""
     largest: dict[tuple, dict] = {}
     for c in cells:
         key = (c["workload"], c["batch"], c["temperature"])
         if key not in largest or c["k"] > largest[key]["k"]:
             largest[key] = c
     for c in cells:
-        k, b = c["k"], c["batch"]
+        k, b, sampled = c["k"], c["batch"], c["temperature"] > 0
         ref = largest[(c["workload"], b, c["temperature"])]
         cond = P.conditional_alphas(ref["accepted_per_pos"], ref["drafts"]) if ref["drafts"] else []
         c["cond_alphas"] = P.conditional_alphas(c["accepted_per_pos"], c["drafts"]) if c["drafts"] else []
-        c["ratio"] = _ratio(costs, b, k)
+        c["ratio"] = costs.ratio(b, k, sampled)
+        c["ratio_forward"] = costs.forward_ratio(b, k)
         c["ratio_measured"] = c["spec_step_s"] / c["plain_step_s"] if c["plain_step_s"] else None
         c["alpha_ref"] = ref["alpha"]
-        c["tokens_iid"] = P.expected_tokens(ref["alpha"], k)
+        c["tokens_iid"] = P.expected_tokens(c["alpha"], k)
         c["tokens_mixture"] = P.expected_tokens_mixture(c["prompt_alphas"], k) if c["prompt_alphas"] else None
-        c["tokens_positional"] = P.expected_tokens_positional(cond, k) if len(cond) >= k else c["tokens_iid"]
+        c["tokens_positional"] = (P.expected_tokens_positional(cond, k) if len(cond) >= k
+                                  else P.expected_tokens(ref["alpha"], k))
         c["positional_held_out"] = ref is not c
         c["pred_iid"] = P.speedup(c["tokens_iid"], c["ratio"])
         c["pred_positional"] = P.speedup(c["tokens_positional"], c["ratio"])
-        # engine work outside the forwards, per step, from the plain runs (the baseline, not
-        # the runs being predicted): the same bookkeeping happens once per speculative round
-        o = max(0.0, c["plain_step_s"] - costs.t_target(b, 1)) if c["plain_step_s"] else 0.0
-        c["overhead_s"] = o
-        c["pred_calibrated"] = c["tokens_positional"] * (costs.t_target(b, 1) + o) / (
-            P.round_cost(costs.t_target, costs.t_draft, b, k) + o)
+        c["pred_forward"] = P.speedup(c["tokens_iid"], c["ratio_forward"])
+        c["pred"] = _predict_runs(c, costs, new_tokens) if new_tokens else c["pred_iid"]
         m = c["speedup"]
-        c["err_calibrated"] = P.relative_error(c["pred_calibrated"], m) if m else None
-        c["err_iid"] = P.relative_error(c["pred_iid"], m) if m else None
-        c["err_positional"] = P.relative_error(c["pred_positional"], m) if m else None
+        for name in ("", "_iid", "_positional", "_forward"):
+            c["err" + name] = P.relative_error(c["pred" + name], m) if m else None
         t = c["tokens_per_step"]
-        c["iid_misleads"] = abs(c["tokens_iid"] - t) / t > MISLEAD
-        c["why"] = _why(c) if c["err_positional"] is not None and abs(c["err_positional"]) > MISLEAD else ""
+        # one alpha, fitted at the block's largest k, carried to this k: misleading where
+        # acceptance depends on the draft position
+        c["tokens_iid_ref"] = P.expected_tokens(ref["alpha"], k)
+        c["iid_misleads"] = abs(c["tokens_iid_ref"] - t) / t > MISLEAD
+        c["why"] = _why(c) if c["err"] is not None and abs(c["err"]) > MISLEAD else ""
     return cells
+
+
+def _predict_runs(c: dict, costs, new_tokens: int) -> float:
+    """The cell's runs, predicted: each group from its rows' own alphas (rows without one take
+    the cell's), followed round by round, then pooled as the measurement pools them."""
+    sampled = c["temperature"] > 0
+    t_round = lambda a, kk: costs.t_round(a, kk, sampled)                       # noqa: E731
+    groups = [g for g in c.get("group_alphas", []) if g] or [[c["alpha"]]]
+    preds = []
+    for g in groups:
+        alphas = (list(g) + [c["alpha"]] * c["batch"])[:c["batch"]]
+        preds.append(P.simulate_speedup(alphas, c["k"], c["batch"], new_tokens, t_round))
+    return P.pooled_speedup(preds)
 
 
 def _why(c: dict) -> str:
     """Data-driven reasons a prediction missed by more than 10%."""
     reasons = []
     t = c["tokens_per_step"]
-    if abs(c["tokens_positional"] - t) / t > MISLEAD:
-        reasons.append(f"acceptance at k={c['k']} differs from the largest-k run "
-                       f"({c['tokens_positional']:.2f} vs {t:.2f} tokens/step)")
+    if abs(c["tokens_iid"] - t) / t > MISLEAD:
+        reasons.append(f"the i.i.d. formula gives {c['tokens_iid']:.2f} tokens/round at this α, the run "
+                       f"{t:.2f} (acceptance varies by position or prompt)")
     rm = c["ratio_measured"]
     if rm and abs(rm - c["ratio"]) / c["ratio"] > MISLEAD:
         reasons.append(f"a round cost {rm:.2f}x a plain step in the run but {c['ratio']:.2f}x in the cost model "
@@ -114,9 +134,10 @@ def regimes(cells: list[dict], t0: float) -> list[dict]:
 def best_k_for(cell: dict, costs, ks=THEORY_KS) -> dict:
     """Best k predicted (i.i.d. with the cell's alpha; positional within measured k) and measured."""
     b = cell["batch"]
-    k_iid, s_iid = P.best_k(lambda k: P.expected_tokens(cell["alpha_ref"], k), lambda k: _ratio(costs, b, k), ks)
+    T = cell["temperature"]
+    k_iid, s_iid = P.best_k(lambda k: P.expected_tokens(cell["alpha_ref"], k), lambda k: _ratio(costs, b, k, T), ks)
     cond = cell["cond_alphas"]
-    k_pos, s_pos = P.best_k(lambda k: P.expected_tokens_positional(cond, k), lambda k: _ratio(costs, b, k),
+    k_pos, s_pos = P.best_k(lambda k: P.expected_tokens_positional(cond, k), lambda k: _ratio(costs, b, k, T),
                             [k for k in ks if k <= len(cond)])
     return {"iid": [k_iid, s_iid], "positional": [k_pos, s_pos]}
 
@@ -128,8 +149,8 @@ def batch_crossover(cells, costs, workload, k, t0, batch_grid) -> dict:
     base = _find(swept, batch=1)
     predicted = None
     if base:
-        tok = base[0]["tokens_positional"]
-        predicted = P.crossover(batch_grid, [P.speedup(tok, _ratio(costs, b, k)) for b in batch_grid])
+        tok = base[0]["tokens_iid"]
+        predicted = P.crossover(batch_grid, [P.speedup(tok, _ratio(costs, b, k, t0)) for b in batch_grid])
     return {"measured": measured, "predicted": predicted,
             "largest_batch": max((c["batch"] for c in swept), default=1)}
 
@@ -140,15 +161,16 @@ def error_summary(cells) -> dict:
         return statistics.median(v) if v else None
     held = [c for c in cells if c["positional_held_out"]]
     return {"cells": len(cells),
+            "median_abs_err": med("err", cells),
             "median_abs_err_iid": med("err_iid", cells),
             "median_abs_err_positional": med("err_positional", cells),
             "median_abs_err_positional_held_out": med("err_positional", held),
-            "median_abs_err_calibrated": med("err_calibrated", cells),
+            "median_abs_err_forward_only": med("err_forward", cells),
             "cells_over_10pct": [{k: c[k] for k in ("workload", "k", "batch", "temperature", "speedup",
-                                                    "pred_positional", "why")}
+                                                    "pred", "why")}
                                  for c in cells if c["why"]],
             "iid_misleads": [{k: c[k] for k in ("workload", "k", "batch", "temperature", "tokens_per_step",
-                                                "tokens_iid", "tokens_positional", "tokens_mixture")}
+                                                "tokens_iid_ref", "tokens_positional", "tokens_mixture")}
                              for c in cells if c["iid_misleads"]],
             "greedy_identical": all(c["identical_to_plain"] for c in cells if c["identical_to_plain"] is not None),
             "greedy_cells_checked": sum(1 for c in cells if c["identical_to_plain"] is not None)}
@@ -161,16 +183,16 @@ def verdict(cells, costs, method: str, t0: float, batch_grid) -> tuple[str, dict
     if best["speedup"] < 1.0:
         text = (f"On this machine, speculation with {method} does not pay at batch 1: the best cell, "
                 f"`{best['workload']}` with k = {best['k']}, runs at {best['speedup']:.2f}× plain decoding "
-                f"(predicted {best['pred_positional']:.2f}×).")
+                f"(predicted {best['pred']:.2f}×).")
         return text, {"workload": best["workload"], "k": best["k"]}
     # the headline: the most predictable workload (highest acceptance) at its best measured k
     easy = max(base, key=lambda c: c["alpha"])["workload"]
     top = max(_find(base, workload=easy), key=lambda c: c["speedup"])
     w, k = top["workload"], top["k"]
     cross = batch_crossover(cells, costs, w, k, t0, batch_grid)
-    be = P.break_even_alpha(k, _ratio(costs, 1, k))
+    be = P.break_even_alpha(k, _ratio(costs, 1, k, t0))
     text = (f"On `{w}` at batch 1, speculation with {method} gives {top['speedup']:.2f}× at k = {k} "
-            f"(predicted {top['pred_positional']:.2f}×, α = {top['alpha']:.2f}); ")
+            f"(predicted {top['pred']:.2f}×, α = {top['alpha']:.2f}); ")
     m, p = cross["measured"], cross["predicted"]
     batch = (f"above batch {m:.0f} (measured)" if m is not None else
              f"above batch {p:.0f} (predicted)" if p is not None and p > 1 else None)
@@ -193,8 +215,9 @@ def verdict(cells, costs, method: str, t0: float, batch_grid) -> tuple[str, dict
     return text, {"workload": w, "k": k, "crossover": cross, "break_even_alpha": be}
 
 
-def summarize(cells: list[dict], costs, method: str, batch_sizes, temperatures, q_max: int) -> dict:
-    annotate(cells, costs)
+def summarize(cells: list[dict], costs, method: str, batch_sizes, temperatures, q_max: int,
+              new_tokens: int | None = None) -> dict:
+    annotate(cells, costs, new_tokens)
     t0 = temperatures[0]
     grid = sorted(set(batch_sizes) | {1})
     text, facts = verdict(cells, costs, method, t0, grid)

@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from .common import add_method_args, spec_from_args
 
 QUICK = dict(k=[1, 3, 6], batch_sizes=[1, 4, 16], temperatures=[0.0, 0.7, 1.0, 1.5], repeats=3,
-             max_new_tokens=32, prompt_tokens=64)
+             max_new_tokens=64, prompt_tokens=64)
 FULL = dict(k=[1, 2, 3, 4, 6, 8], batch_sizes=[1, 2, 4, 8, 16, 32], temperatures=[0.0, 0.7, 1.0, 1.5],
             repeats=4, max_new_tokens=64, prompt_tokens=128)
 

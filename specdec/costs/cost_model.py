@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from .profiling import GRID_B, ModelProfile, Point, bisect_order
+from .rounds import RoundTable, load_table, round_ks, save_table
 
 DRAFT_KEY = "draft:draft"       # DraftModelProposer.cost_key() for the default name
 
@@ -63,6 +64,10 @@ def contended() -> bool:
         return os.getloadavg()[0] > (os.cpu_count() or 1)
     except OSError:
         return False
+
+
+def _mode(key: str | None, sampled: bool) -> str:
+    return f"{key}|{'sampled' if sampled else 'greedy'}"
 
 
 def model_identity(model, num_layers: int | None = None, device: str | None = None,
@@ -132,6 +137,10 @@ class CostModel:
         self._sources = sources or []
         self._timing = timing or {}
         self._complete: set[int] = set()
+        self.rounds: dict[str, RoundTable] = {}     # "<key>|greedy" or "<key>|sampled"
+        self._round_timer = None
+        self._remeasure = False
+        self._rounds_done: set[tuple[str, int]] = set()
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -170,6 +179,7 @@ class CostModel:
                 profiles.append(by_id[h].profile)
             drafts = {k: p for (_m, _nl, k), p in zip(models, profiles) if k is not None}
             cm = cls(profiles[0], drafts, k_max, list(by_id.values()), timing)
+            cm._remeasure = remeasure
             rows = sorted(set(batch_sizes)) if batch_sizes else list(GRID_B)
             if quick:
                 cm._measure(cm._required([1]))
@@ -202,16 +212,35 @@ class CostModel:
         prof = self.drafts.get(key)
         return prof.t(b, 1, L) if prof is not None and prof.points else 0.0
 
-    def curve(self, key: str | None, b: int, k_max: int | None = None) -> tuple[list[float], list[float]]:
+    def forward_round(self, key: str | None, b: float, k: int, L: float | None = None) -> float:
+        """Forward-only seconds of a round: one verify forward of k+1 positions, k draft steps."""
+        return self.t_target(b, k + 1, L) + (k * self.t_draft(key, b, L) if key else 0.0)
+
+    def overhead(self, key: str | None, b: float, k: int, sampled: bool = False) -> float:
+        """Measured seconds a real round costs beyond forward_round (rounds.py); 0 if unmeasured."""
+        table = self.rounds.get(_mode(key, sampled))
+        if table is None:
+            return 0.0
+        return table.overhead(lambda bb, kk, L: self.forward_round(key, bb, kk, L), b, k)
+
+    def t_round(self, key: str | None, b: float, k: int, L: float | None = None,
+                sampled: bool = False) -> float:
+        """Seconds of one real engine step drafting k tokens (k = 0: a plain decoding step)."""
+        f = self.forward_round(key, b, k, L)
+        return max(f + self.overhead(key, b, k, sampled), 0.5 * f)
+
+    def curve(self, key: str | None, b: int, k_max: int | None = None,
+              sampled: bool = False) -> tuple[list[float], list[float]]:
         """A round's modelled seconds for k = 0..k_max as (base, slope): k drafts from proposer
         `key` then one verify forward cost base[k] + slope[k] * (L - l_ref) at cache length L
-        (the same model as t_target(b, k+1, L) + k * t_draft(key, b, L), in one call)."""
+        (t_round(key, b, k, L, sampled) for every k in one call; the overhead does not
+        depend on L)."""
         p, d = self.target, self.drafts.get(key) if key else None
         dl = p.l_long - p.l_ref
         td = d.t(b, 1) if d is not None and d.points else 0.0
         ts = (d.t(b, 1, p.l_long) - td) / dl if d is not None and d.points and dl else 0.0
         n = (self.k_max if k_max is None else k_max) + 1
-        base = [p.t(b, k + 1) + k * td for k in range(n)]
+        base = [p.t(b, k + 1) + k * td + self.overhead(key, b, k, sampled) for k in range(n)]
         slope = [b * p.sigma(k + 1) + k * ts for k in range(n)]
         return base, slope
 
@@ -232,6 +261,11 @@ class CostModel:
             "kv_effect": {b: p.t(b, self.q_max, p.l_long) / max(p.t(b, self.q_max, p.l_ref), 1e-12)
                           for b in rows},
             "draft": {k: {b: self.t_draft(k, b) for b in d.rows(d.l_ref)} for k, d in self.drafts.items()},
+            "rounds": {m: {"step_s": {b: {k: r.points[(b, k)][0] for k in r.ks(b)} for b in r.rows()},
+                           "overhead_s": {b: {k: self.overhead(m.split("|")[0], b, k, m.endswith("sampled"))
+                                              for k in r.ks(b)} for b in r.rows()},
+                           "contended": r.contended}
+                       for m, r in self.rounds.items()},
         }
 
     # ---- lazy measurement -------------------------------------------------------------------
@@ -253,6 +287,51 @@ class CostModel:
             return False
         self._measure(todo)
         return True
+
+    # ---- whole rounds (rounds.py) ---------------------------------------------------------
+    def attach_round_timer(self, timer) -> None:
+        """`timer(key, b, ks, sampled) -> {k: (seconds, L)}` times real engine steps drafting
+        k tokens with proposer `key` at batch b (engine/calibrate.py builds one)."""
+        self._round_timer = timer
+
+    def ensure_rounds(self, b: int, key: str | None, sampled: bool = False, everything: bool = False) -> bool:
+        """Like `ensure`, for real rounds: k in {0, 1, k_max} at the rows around b at once, then
+        one interior k per call (all of them with `everything`). Cached on disk per proposer
+        and sampling mode. Returns whether anything was measured."""
+        if self._round_timer is None or not self._sources or not key or self.k_max < 1:
+            return False                    # nothing to time with, or a synthetic cost model
+        mode = _mode(key, sampled)
+        if (mode, b) in self._rounds_done:
+            return False
+        table = self._round_table(mode)
+        req, opt = round_ks(self.k_max)
+        rows = self.bracket(b)
+        todo = {r: [k for k in req if (r, k) not in table.points] for r in rows}
+        if not any(todo.values()):
+            todo = {r: [k for k in opt if (r, k) not in table.points] for r in rows}
+            if not everything:
+                todo = {r: ks[:1] for r, ks in todo.items()}
+        if not any(todo.values()):
+            self._rounds_done.add((mode, b))
+            return False
+        for r, ks in todo.items():
+            if ks:
+                for k, (t, L) in self._round_timer(key, r, ks, sampled).items():
+                    table.points[(r, k)] = (t, L)
+        save_table(table, self._rounds_path(mode), self._rounds_identity(mode), contended())
+        return True
+
+    def _rounds_identity(self, mode: str) -> dict:
+        return {"mode": mode, "k_max": self.k_max, "models": [s.identity for s in self._sources]}
+
+    def _rounds_path(self, mode: str) -> Path:
+        return cache_path({}).with_name(f"rounds-{identity_hash(self._rounds_identity(mode))}.json")
+
+    def _round_table(self, mode: str) -> RoundTable:
+        if mode not in self.rounds:
+            self.rounds[mode] = RoundTable() if self._remeasure else \
+                load_table(self._rounds_path(mode), self._rounds_identity(mode), contended())
+        return self.rounds[mode]
 
     def _required(self, rows: list[int]) -> list[tuple[_Source, Point]]:
         out = []

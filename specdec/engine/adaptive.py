@@ -28,6 +28,7 @@ import numpy as np
 
 from ..costs.cost_model import CostModel
 from .acceptance import AcceptanceTracker
+from .calibrate import round_timer
 
 FIT_DECAY = 0.95      # per observed step (~20 steps) in the overhead fit
 FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind the intercept (and, at k = k_max/2,
@@ -59,13 +60,15 @@ class StepOverhead:
 class AdaptiveK:
     name = "auto"
 
-    def __init__(self, spec, proposer, target, cost_model: CostModel | None = None):
+    def __init__(self, spec, proposer, target, cost_model: CostModel | None = None, draft=None):
         cap = getattr(proposer, "max_k", None)
         self.k_max = 0 if getattr(proposer, "name", "") == "none" else min(spec.k_max, cap or spec.k_max)
         self.proposer = proposer
         if cost_model is None and self.k_max > 0:
             cost_model = CostModel.load_or_measure(target, proposer, quick=True, k_max=self.k_max)
         self.cost = cost_model
+        if cost_model is not None and cost_model._round_timer is None and target is not None and self.k_max > 0:
+            cost_model.attach_round_timer(round_timer(target, spec, draft))
         self.acc = AcceptanceTracker(max(self.k_max, 1))
         self.overhead = StepOverhead(self.k_max)
         self._skip_fit = False
@@ -76,12 +79,13 @@ class AdaptiveK:
         self.last_choice: dict = {}                # for inspection: tokens, times, rate by k
 
     # ---- the decision ---------------------------------------------------------------------
-    def step_times(self, b: int, L: int, key: str) -> np.ndarray:
-        """(k_max+1,) modelled seconds of a round drafting k = 0..k_max, before overhead:
-        t_target(b, k+1, L) + k * t_draft(key, b, L), from a per-(b, key) curve linear in L."""
-        ck = (b, key)
+    def step_times(self, b: int, L: int, key: str, sampled: bool = False) -> np.ndarray:
+        """(k_max+1,) modelled seconds of a round drafting k = 0..k_max, before the online
+        correction: the cost model's t_round(key, b, k, L, sampled) (forwards plus the measured
+        per-round overhead), from a per-(b, key, mode) curve linear in L."""
+        ck = (b, key, sampled)
         if ck not in self._curves:
-            base, slope = self.cost.curve(key, b, self.k_max)
+            base, slope = self.cost.curve(key, b, self.k_max, sampled)
             self._curves[ck] = (np.asarray(base), np.asarray(slope))
         base, slope = self._curves[ck]
         return np.maximum(base + slope * (L - self.cost.target.l_ref), 0.5 * base)
@@ -90,15 +94,17 @@ class AdaptiveK:
         b = len(batch)
         if self.k_max == 0 or b == 0:
             return 0
-        if self.cost.ensure(b):
+        key = self.proposer.cost_key()
+        sampling = getattr(batch, "sampling", None)            # a plain list of sequences: greedy
+        sampled = sampling is not None and not sampling.all_greedy
+        if self.cost.ensure(b) | self.cost.ensure_rounds(b, key, sampled):
             self._skip_fit = True
             self._curves.clear()
-        key = self.proposer.cost_key()
         L = max(len(s.token_ids) for s in batch)
         remaining = [max(1, s.params.max_new_tokens - s.num_output) for s in batch]
         tokens = self.acc.expected_tokens(key, remaining)                          # (k_max+1,)
         ks = np.arange(self.k_max + 1)
-        self._pred = self.step_times(b, L, key)
+        self._pred = self.step_times(b, L, key, sampled)
         times = self._pred + self.overhead.predict(b, ks)
         times = np.maximum(times, 0.5 * self._pred)                   # a bad fit never zeroes cost
         rate = tokens / times

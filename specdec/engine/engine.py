@@ -44,7 +44,7 @@ class Engine:
         self.proposer = proposer or create_proposer(
             spec.method if spec.k != 0 else "none", target, spec,
             draft_model=draft, rows=config.max_batch, max_len=self.cache_len, cost_model=cost_model)
-        self.policy = make_policy(spec, self.proposer, target, cost_model)
+        self.policy = make_policy(spec, self.proposer, target, cost_model, draft)
         self.eos_ids = target.config.eos_ids
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []

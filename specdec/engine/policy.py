@@ -57,10 +57,10 @@ class HeuristicK(FixedK):
                 self.rows[b] = min(self.k_max, self.rows[b] + 2) if n == nd else max(1, self.rows[b] - 1)
 
 
-def make_policy(spec: SpecConfig, proposer, target, cost_model=None):
+def make_policy(spec: SpecConfig, proposer, target, cost_model=None, draft=None):
     if spec.k == "auto":
         from .adaptive import AdaptiveK
-        return AdaptiveK(spec, proposer, target, cost_model)
+        return AdaptiveK(spec, proposer, target, cost_model, draft)
     if spec.k == "heuristic":
         return HeuristicK(min(5, spec.k_max), spec.k_max)
     return FixedK(spec.k)

@@ -1,0 +1,123 @@
+"""What a whole speculative round costs beyond its forwards, measured on real engine steps.
+
+A round is more than one verify forward plus k draft forwards timed in isolation:
+- the draft loop's Python, argmax or sampling per drafted token;
+- the first draft step reads the draft's weights from memory again, because the target's
+  forward has just evicted them from the CPU caches (isolated timing keeps them warm);
+- verification, the step's single host sync and the commit of accepted tokens.
+On this machine that is 1-2 ms per round at batch 1, as much as the draft forwards.
+
+A `RoundTable` holds real engine step times at (b, k), measured by a timer the engine
+supplies (engine/calibrate.py), one table per proposer and sampling mode. The overhead is
+
+    overhead(b, k) = step(b, k) - [t_target(b, k+1, L) + k * t_draft(b, L)]
+
+with the forward-only model evaluated at the cache length L the step ran at. Per batch row
+it is the measured value at a measured k; between them, a + c * k for k >= 1 (drafting at
+all has a fixed cost, each drafted token a further one), the line fitted by Theil-Sen (the
+median of pairwise slopes) so that one step disturbed by the machine cannot bend it. Rows
+are interpolated linearly in b (clamped outside the measured ones).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+Forward = Callable[[int, int, float], float]     # (b, k, L) -> forward-only seconds of a round
+
+
+def _interp(xs: list[float], ys: list[float], x: float) -> float:
+    """Piecewise-linear through sorted (xs, ys), clamped to the end values."""
+    if x <= xs[0]:
+        return ys[0]
+    for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return ys[-1]
+
+
+def theil_sen(points: dict[int, float]) -> tuple[float, float]:
+    """(intercept, slope) of the Theil-Sen line through {x: y}: the median pairwise slope,
+    then the median intercept. One point gives a flat line."""
+    xs = sorted(points)
+    slopes = [(points[x1] - points[x0]) / (x1 - x0) for i, x0 in enumerate(xs) for x1 in xs[i + 1:]]
+    c = statistics.median(slopes) if slopes else 0.0
+    return statistics.median(points[x] - c * x for x in xs), c
+
+
+@dataclass
+class RoundTable:
+    """Measured seconds of a real engine step: points[(b, k)] = (seconds, cache length L)."""
+    points: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    contended: bool = False
+
+    def rows(self) -> list[int]:
+        return sorted({b for b, _k in self.points})
+
+    def ks(self, b: int) -> list[int]:
+        return sorted(k for bb, k in self.points if bb == b)
+
+    def overhead(self, forward: Forward, b: float, k: float) -> float:
+        """Seconds a round of k drafts at batch b costs beyond its forwards (may be < 0 where
+        the real forward beat the isolated timing). 0 when nothing has been measured."""
+        rows = self.rows()
+        if not rows:
+            return 0.0
+
+        def at_row(r: int) -> float:
+            res = {kk: self.points[(r, kk)][0] - forward(r, kk, self.points[(r, kk)][1]) for kk in self.ks(r)}
+            if k in res:
+                return res[k]                   # measured: the step itself, not the fitted line
+            drafting = {kk: v for kk, v in res.items() if kk >= 1}
+            if (k < 1 and 0 in res) or not drafting:
+                return res.get(0, 0.0)
+            a, c = theil_sen(drafting)
+            return a + c * max(k, 1)
+        return _interp(rows, [at_row(r) for r in rows], b)
+
+    def to_json(self) -> dict:
+        return {"points": [[b, k, t, L] for (b, k), (t, L) in sorted(self.points.items())],
+                "contended": self.contended}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RoundTable":
+        return cls({(int(b), int(k)): (float(t), float(L)) for b, k, t, L in d["points"]},
+                   bool(d.get("contended", False)))
+
+
+def round_ks(k_max: int) -> tuple[list[int], list[int]]:
+    """(required, optional) draft lengths to time: 0, 1 and k_max first, then midpoints."""
+    req = sorted({0, 1, k_max})
+    opt, gaps = [], [(1, k_max)]
+    while gaps:
+        gaps.sort(key=lambda g: g[0] - g[1])
+        lo, hi = gaps.pop(0)
+        if hi - lo >= 2:
+            mid = (lo + hi) // 2
+            opt.append(mid)
+            gaps += [(lo, mid), (mid, hi)]
+    return req, opt
+
+
+def save_table(table: RoundTable, path: Path, identity: dict, busy: bool) -> None:
+    """Write `table` (marked contended if it or this write happened on a busy machine)."""
+    table.contended = table.contended or busy
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"identity": identity, "table": table.to_json()}))
+    tmp.replace(path)
+
+
+def load_table(path: Path, identity: dict, busy_now: bool) -> RoundTable:
+    """The cached table for `identity`, or an empty one. A table measured on a busy machine
+    is dropped (re-measured) once the machine is quiet."""
+    try:
+        d = json.loads(path.read_text())
+        table = RoundTable.from_json(d["table"])
+        if d["identity"] == json.loads(json.dumps(identity)) and not (table.contended and not busy_now):
+            return table
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return RoundTable()

@@ -1,0 +1,110 @@
+"""Whole-round costs: the overhead table, its cache, lazy measurement and the real-step timer."""
+from __future__ import annotations
+
+import pytest
+
+from specdec.config import SpecConfig
+from specdec.costs import cost_model as cm_mod
+from specdec.costs.cost_model import CostModel
+from specdec.costs.rounds import RoundTable, load_table, round_ks, save_table, theil_sen
+from specdec.engine.calibrate import PERIOD, middle_mean, round_timer, synthetic_prompts
+
+FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
+FWD = lambda b, k, L: 0.010 + 0.001 * b + 0.002 * k                 # noqa: E731  forward-only model
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(cm_mod, "contended", lambda: False)
+    return tmp_path
+
+
+def table(rows: dict[int, dict[int, float]], L: float = 100.0) -> RoundTable:
+    """A table whose step times are the forward model plus the given overheads."""
+    return RoundTable({(b, k): (FWD(b, k, L) + o, L) for b, ks in rows.items() for k, o in ks.items()})
+
+
+def test_theil_sen_ignores_one_outlier():
+    a, c = theil_sen({1: 1.0, 2: 2.0, 3: 3.0, 4: 40.0, 5: 5.0})
+    assert (a, c) == pytest.approx((0.0, 1.0))
+    assert theil_sen({3: 2.0}) == (2.0, 0.0)
+
+
+def test_overhead_exact_where_measured_and_a_line_between():
+    t = table({1: {0: 0.0005, 1: 0.002, 8: 0.009}})
+    assert t.overhead(FWD, 1, 0) == pytest.approx(0.0005)            # plain decoding has its own point
+    assert t.overhead(FWD, 1, 8) == pytest.approx(0.009)
+    assert t.overhead(FWD, 1, 4) == pytest.approx(0.002 + 3 * 0.001)  # on the line through k=1 and 8
+    # one disturbed interior step does not bend the line elsewhere (but is used where measured)
+    t.points[(1, 4)] = (FWD(1, 4, 100) + 0.05, 100.0)
+    t.points[(1, 2)] = (FWD(1, 2, 100) + 0.003, 100.0)
+    assert t.overhead(FWD, 1, 6) == pytest.approx(0.007, rel=1e-6)
+    assert t.overhead(FWD, 1, 4) == pytest.approx(0.05)
+
+
+def test_overhead_interpolates_batch_rows_and_is_zero_unmeasured():
+    t = table({1: {0: 0.0, 1: 0.001}, 4: {0: 0.0, 1: 0.004}})
+    assert t.overhead(FWD, 2, 1) == pytest.approx(0.002)
+    assert t.overhead(FWD, 16, 1) == pytest.approx(0.004)             # clamped past the last row
+    assert RoundTable().overhead(FWD, 3, 2) == 0.0
+
+
+def test_round_ks_and_table_cache(tmp_path):
+    req, opt = round_ks(8)
+    assert req == [0, 1, 8] and opt[0] == 4 and sorted(opt) == [2, 3, 4, 5, 6, 7] and round_ks(1) == ([0, 1], [])
+    t = table({1: {0: 0.0, 1: 0.001}})
+    path, ident = tmp_path / "r.json", {"m": "x"}
+    save_table(t, path, ident, busy=False)
+    assert load_table(path, ident, busy_now=False).points == t.points
+    assert load_table(path, {"m": "y"}, busy_now=False).points == {}             # another model
+    save_table(t, path, ident, busy=True)
+    assert load_table(path, ident, busy_now=True).points == t.points
+    assert load_table(path, ident, busy_now=False).points == {}                  # re-measure when quiet
+    path.write_text("{not json")
+    assert load_table(path, ident, busy_now=False).points == {}
+
+
+def test_ensure_rounds_measures_lazily_and_caches(cache, tiny_target, tiny_draft):
+    calls = []
+
+    def timer(key, b, ks, sampled):
+        calls.append((key, b, tuple(ks), sampled))
+        return {k: (0.02 + 0.003 * k + 0.001 * b, 64.0) for k in ks}
+
+    cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
+    assert cm.t_round("draft:draft", 1, 2) == pytest.approx(cm.forward_round("draft:draft", 1, 2))
+    cm.attach_round_timer(timer)
+    assert cm.ensure_rounds(1, "draft:draft")
+    assert calls == [("draft:draft", 1, (0, 1, 4), False)]
+    assert cm.t_round("draft:draft", 1, 4, 64) == pytest.approx(0.02 + 0.012 + 0.001)   # the measured step
+    assert cm.ensure_rounds(1, "draft:draft") and calls[-1][2] == (2,)                    # then interior k
+    while cm.ensure_rounds(1, "draft:draft"):
+        pass
+    assert sorted(cm.rounds["draft:draft|greedy"].ks(1)) == [0, 1, 2, 3, 4]
+    assert cm.ensure_rounds(3, "draft:draft", sampled=True, everything=True)
+    assert {c[1] for c in calls if c[3]} == {2, 4}                                         # rows around b=3
+    assert not cm.ensure_rounds(1, None)
+    # a second cost model for the same models finds the table on disk
+    again = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
+    again.attach_round_timer(lambda *a: pytest.fail("measured again"))
+    assert not again.ensure_rounds(1, "draft:draft")                 # everything is cached
+    assert again.t_round("draft:draft", 1, 4, 64) == pytest.approx(0.033)
+    assert "draft:draft|greedy" in again.table()["rounds"]
+
+
+def test_synthetic_prompts_repeat_a_segment():
+    ps = synthetic_prompts(100, 3, 40)
+    assert len(ps) == 3 and all(len(p) == 40 for p in ps)
+    assert all(p[i] == p[i + PERIOD] for p in ps for i in range(40 - PERIOD))
+    assert middle_mean([1.0, 2.0, 3.0, 100.0]) == 2.5
+
+
+def test_round_timer_steps_real_engines(tiny_target, tiny_draft):
+    timer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=20,
+                        warmup=1, steps=3)
+    out = timer("draft:draft", 2, [0, 1, 3], False)
+    assert sorted(out) == [0, 1, 3]
+    assert all(t > 0 for t, _L in out.values())
+    assert all(20 <= L <= 20 + 5 * 4 for _t, L in out.values())       # the cache grows as it decodes
+    assert sorted(timer("draft:draft", 1, [0, 2], True)) == [0, 2]
