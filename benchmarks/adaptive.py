@@ -8,14 +8,16 @@ times concurrent batch sizes 1, 4, 16 and 64 (batch b = b requests with max_batc
 runs 4 requests one after another). Every request generates exactly --max-new-tokens
 (ignore_eos), so every configuration produces the same number of tokens.
 
-Per regime and configuration: tokens/s, medians over --repeats runs, the configuration order
-alternating between repeats. `decode tok/s` (the headline) counts the tokens after each
-engine's first step (which admits the first max_batch requests: prefill and their first
-token) over the time after it, so prompt prefill, identical for every configuration,
-does not dilute the comparison (batch 1 still prefills its later requests in the window);
-`e2e tok/s` includes everything. Each run builds a
-fresh engine (adaptive starts with no acceptance evidence). The cost model is re-measured
-once at the start (it is part of the machine's state, not of a configuration).
+Per regime and configuration: decode tokens/s, medians over --repeats runs. In each repeat
+all seven configurations decode the same prompts in lockstep (analysis/measure.py:
+`lockstep_runs` steps the engine least far through its tokens next), so the shared
+machine's drifting speed hits every configuration alike. `decode tok/s` counts the tokens
+after each engine's first step (which admits the first max_batch requests: prefill and
+their first token) over the time of the steps after it, so prompt prefill, identical for
+every configuration, does not dilute the comparison (batch 1 still prefills its later
+requests in the window). Each run builds a fresh engine (adaptive starts with no
+acceptance evidence). The cost model, forwards and whole rounds, is re-measured once at
+the start (it is part of the machine's state, not of a configuration).
 
 Writes <out>/adaptive.json (every run, and the medians) and <out>/adaptive.md.
 """
@@ -29,37 +31,22 @@ from pathlib import Path
 
 import torch
 
-from specdec.costs.cost_model import CostModel
+from specdec.analysis.measure import lockstep_runs
 from specdec.analysis.workloads import load_workload
-from specdec.config import EngineConfig, SamplingParams, SpecConfig
+from specdec.config import SamplingParams, SpecConfig
+from specdec.costs.cost_model import CostModel
 from specdec.defaults import default_draft, default_target
 from specdec.engine.build import load_models
-from specdec.engine.engine import Engine
+from specdec.engine.calibrate import round_timer
 
 CONFIGS = {"plain": ("none", 0), "k=1": ("draft", 1), "k=2": ("draft", 2), "k=4": ("draft", 4),
            "k=8": ("draft", 8), "heuristic": ("draft", "heuristic"), "adaptive": ("draft", "auto")}
 FIXED = ("k=1", "k=2", "k=4", "k=8")
 
 
-def run_once(models, cfg: str, prompts, batch: int, args, cost) -> dict:
+def spec_for(cfg: str, k_max: int) -> SpecConfig:
     method, k = CONFIGS[cfg]
-    spec = SpecConfig(method=method, k=k, k_max=args.k_max if isinstance(k, str) else max(k, 1))
-    eng = Engine(models.target, spec, EngineConfig(max_batch=batch, max_model_len=args.prompt_tokens
-                                                   + 1 + args.max_new_tokens), draft=models.draft,
-                 cost_model=cost)
-    params = [SamplingParams(temperature=1.0, seed=1000 * i + 7, max_new_tokens=args.max_new_tokens,
-                             ignore_eos=True) for i in range(len(prompts))]
-    seqs = [eng.add_request(p, sp) for p, sp in zip(prompts, params)]
-    t0 = time.perf_counter()
-    eng.step()
-    t1, n1 = time.perf_counter(), sum(s.num_output for s in seqs)
-    while eng.has_unfinished():
-        eng.step()
-    t2, n2 = time.perf_counter(), sum(s.num_output for s in seqs)
-    m = eng.metrics
-    return {"config": cfg, "decode_tok_s": (n2 - n1) / (t2 - t1) if t2 > t1 else 0.0,
-            "e2e_tok_s": n2 / (t2 - t0), "tokens": n2, "acceptance_rate": m.acceptance_rate,
-            "mean_acceptance_length": m.mean_acceptance_length, "k_hist": m.k_hist}
+    return SpecConfig(method=method, k=k, k_max=k_max if isinstance(k, str) else max(k, 1))
 
 
 def run_regime(models, workload: str, batch: int, args, cost) -> dict:
@@ -67,12 +54,17 @@ def run_regime(models, workload: str, batch: int, args, cost) -> dict:
     prompts = load_workload(workload, models.tokenizer, n=n, prompt_tokens=args.prompt_tokens,
                             seed=args.seed)
     names = list(CONFIGS)
+    specs = {c: spec_for(c, args.k_max) for c in names}
+    max_len = args.prompt_tokens + 1 + args.max_new_tokens
     runs = []
     for r in range(args.repeats):
-        for cfg in (names if r % 2 == 0 else names[::-1]):
-            runs.append(run_once(models, cfg, prompts, batch, args, cost) | {"repeat": r})
+        params = [SamplingParams(temperature=1.0, seed=1000 * i + 7 + 100_000 * r, max_new_tokens=args.max_new_tokens,
+                                 ignore_eos=True) for i in range(len(prompts))]
+        out = lockstep_runs(models, specs, prompts, params, max_len, max_batch=batch, cost_model=cost)
+        runs += [{"config": c, "repeat": r, "decode_tok_s": run.tok_s, "tokens": run.tokens,
+                  "decode_s": run.decode_s, **run.metrics} for c, run in out.items()]
     med = {c: {key: statistics.median(x[key] for x in runs if x["config"] == c)
-               for key in ("decode_tok_s", "e2e_tok_s", "acceptance_rate")} for c in names}
+               for key in ("decode_tok_s", "acceptance_rate")} for c in names}
     plain, best = med["plain"]["decode_tok_s"], max(med[c]["decode_tok_s"] for c in FIXED)
     ada = med["adaptive"]["decode_tok_s"]
     return {"workload": workload, "batch": batch, "medians": med, "runs": runs,
@@ -91,11 +83,6 @@ def markdown(results: list[dict], meta: dict) -> str:
         cells = [f"{r['medians'][c]['decode_tok_s']:.1f}" for c in cols]
         lines.append(f"| {r['workload']} | {r['batch']} | " + " | ".join(cells)
                      + f" | {r['adaptive_vs_plain']:.2f} | {r['adaptive_vs_best_fixed']:.2f} ({r['best_fixed']}) |")
-    lines += ["", "End-to-end tokens/s (prefill included):", "",
-              "| workload | batch | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
-    for r in results:
-        lines.append(f"| {r['workload']} | {r['batch']} | "
-                     + " | ".join(f"{r['medians'][c]['e2e_tok_s']:.1f}" for c in cols) + " |")
     lines += ["", "Adaptive's k histogram (rounds per k, first repeat):", ""]
     for r in results:
         kh = next(x["k_hist"] for x in r["runs"] if x["config"] == "adaptive")
@@ -128,6 +115,13 @@ def main(argv=None) -> int:
     grid = sorted({1, 2, 4, 8, 16, 32, 64, *args.batch_sizes} & set(range(1, max(args.batch_sizes) + 1)))
     cost = CostModel.load_or_measure(models.target, models.draft, threads=args.threads, quick=False,
                                      k_max=args.k_max, batch_sizes=grid, remeasure=not args.quick)
+    # whole rounds too, at every batch size a regime will see (the engine would otherwise
+    # time them on first use, inside the measured window); cached on disk like the forwards
+    cost.attach_round_timer(round_timer(models.target, spec_for("adaptive", args.k_max), models.draft,
+                                        prompt_len=args.prompt_tokens))
+    for b in grid:
+        while cost.ensure_rounds(b, "draft:draft", sampled=True):
+            pass
     meta = {"target": str(target), "draft": str(draft), "threads": args.threads,
             "max_new_tokens": args.max_new_tokens, "prompt_tokens": args.prompt_tokens,
             "repeats": args.repeats, "k_max": args.k_max, "temperature": 1.0, "quick": args.quick,

@@ -79,12 +79,14 @@ class Run:
     step_s: float                      # median seconds per decode step
     outputs: list[list[int]]
     stats: list                        # SeqStats of each sequence
+    metrics: dict = field(default_factory=dict)   # the engine's: k_hist, acceptance_rate, ...
 
 
 def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params: list[SamplingParams],
-                  max_len: int, device: str = "cpu") -> dict:
-    """Decode `prompts` as one batch once per spec ({name: SpecConfig}), stepping the engines
-    in turn, and time every step after the first (admission). Returns {name: Run}.
+                  max_len: int, device: str = "cpu", max_batch: int | None = None, cost_model=None) -> dict:
+    """Decode `prompts` once per spec ({name: SpecConfig}), `max_batch` (default: all) at a
+    time, stepping the engines in turn, and time every step after the first (which admits
+    the first batch). Returns {name: Run}. `cost_model` goes to engines with k="auto".
 
     The machine this runs on is shared: its speed drifts by tens of percent within seconds.
     Runs one after another would each catch a different spell; stepping every engine in
@@ -92,7 +94,8 @@ def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params:
     the same wall-clock window, so drift hits plain and speculative decoding alike."""
     engines, seqs, times, n0 = {}, {}, {}, {}
     for name, spec in specs.items():
-        eng = make_engine(models, spec, EngineConfig(max_batch=len(prompts), max_model_len=max_len, device=device))
+        eng = make_engine(models, spec, EngineConfig(max_batch=max_batch or len(prompts), max_model_len=max_len,
+                                                     device=device), cost_model=cost_model)
         seqs[name] = [eng.add_request(p, sp) for p, sp in zip(prompts, params)]
         eng.step()                                            # admission: prefill, first tokens
         engines[name], times[name] = eng, []
@@ -110,8 +113,11 @@ def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params:
     for name, eng in engines.items():
         eng.collect_finished()
         n, dt = sum(s.num_output for s in seqs[name]) - n0[name], sum(times[name])
+        m = eng.metrics
         out[name] = Run(n / dt if dt > 0 else 0.0, n, dt, statistics.median(times[name]) if times[name] else 0.0,
-                        [s.output_ids for s in seqs[name]], [s.stats for s in seqs[name]])
+                        [s.output_ids for s in seqs[name]], [s.stats for s in seqs[name]],
+                        {"k_hist": dict(m.k_hist), "acceptance_rate": m.acceptance_rate,
+                         "mean_acceptance_length": m.mean_acceptance_length})
     return out
 
 

@@ -1,35 +1,34 @@
 """The cost of one speculative round on this machine, measured and cached.
 
-Public API (stable; the adaptive policy and the analysis code use it):
-
     cm = CostModel.load_or_measure(target, proposer_or_draft=None, device=None, threads=None,
                                    quick=True, k_max=8, batch_sizes=None)
-    cm.t_target(b, q, L=None) -> float   # seconds of one target forward: b rows, q positions
-                                         # each (q = k + 1 to verify k drafts), L cached tokens
-    cm.t_draft(key, b, L=None) -> float  # seconds per proposed token for proposer `key`
-                                         # (`proposer.cost_key()`); 0.0 for draft-free ones
-    cm.curve(key, b, k_max=None)         # (base, slope): a round drafting k = 0..k_max, linear in L
-    cm.table() -> dict                   # everything measured, JSON-ready (see `table`)
-    cm.ensure(b) -> bool                 # lazily measure what predicting batch b needs
-    CostModel.from_function(...)         # a synthetic model (tests, what-if analysis)
+    cm.t_target(b, q, L=None)        # seconds of one target forward: b rows, q positions each
+                                     # (q = k + 1 verifies k drafts), L cached tokens per row
+    cm.t_draft(key, b, L=None)       # seconds per proposed token of proposer `key`
+                                     # (`proposer.cost_key()`); 0.0 for draft-free ones
+    cm.t_round(key, b, k, L=None, sampled=False)   # a real engine step drafting k (k = 0: plain):
+                                     # the forwards plus the measured per-round overhead
+    cm.curve(key, b, k_max, sampled) # (base, slope): t_round for k = 0..k_max, linear in L
+    cm.ensure(b) / cm.ensure_rounds(b, key, sampled)   # lazily measure what batch b needs
+    cm.table()                       # everything measured, JSON-ready
+    CostModel.from_function(...)     # a synthetic model (tests, what-if analysis)
 
-`proposer_or_draft` is a proposer (its `model` and `num_layers`, if it has them, are timed;
-key `cost_key()`), a draft `LlamaModel` (key "draft:draft", the draft proposer's key) or None.
+`proposer_or_draft` is a proposer (its `model` and `num_layers`, if any, are timed; an
+`auto` proposer's arms each are), a draft `LlamaModel` (key "draft:draft") or None.
 
-Measurement (profiling.py): one cached forward, called as the engine calls it, at batch
-rows b in `batch_sizes` (default {1, 2, 4, ..., 64}; lazily, powers of two around b),
-q in 1..k_max+1, and two cache lengths to capture the KV-cache term. Each model's points
-are cached in `cache_dir()/costs/<hash>.json`, keyed by what sets the cost: the model's
-architecture (config, parameter count, layers used), dtype, linear kernel, device (and
-CPU model), torch version and thread count. Weights do not change the cost, so a
-retrained checkpoint of the same shape reuses the table; `specdec profile` re-measures.
-A table measured while the machine was busy (1-minute load above the core count) is
-marked so, and re-measured on the first load on a quiet machine.
+Forwards (profiling.py): one cached forward, called as the engine calls it, at batch rows
+b (default {1, 2, 4, ..., 64}; lazily, the powers of two around b), q in 1..k_max+1, and
+two cache lengths. Cached in `cache_dir()/costs/<hash>.json`, keyed by what sets the cost:
+architecture, layers used, dtype, linear kernel, device (CPU model), torch version and
+threads; weights do not, so a retrained checkpoint of the same shape reuses the table.
+A table measured on a busy machine (1-minute load above the core count) is marked so and
+re-measured on the first load on a quiet machine. Cold start: `quick=True` measures b = 1
+at q in {1, k_max+1} only (well under a second); `ensure(b)` then measures the endpoints
+of the rows around a new b at once, and one interior q per call after that.
 
-Cold start: `quick=True` measures only b = 1 at q in {1, k_max+1} (both cache lengths,
-well under a second for the bundled pair); `ensure(b)` then measures, on first use of a
-batch size, the endpoints of the two power-of-two rows around b, and afterwards one
-interior q per call until those rows are complete. `quick=False` measures the full grid.
+Whole rounds (rounds.py): a timer the engine supplies (engine/calibrate.py) steps real
+engines; their overhead beyond the forwards is cached per proposer and sampling mode
+next to the forwards, and measured lazily by `ensure_rounds` in the same way.
 """
 from __future__ import annotations
 
@@ -221,7 +220,8 @@ class CostModel:
         table = self.rounds.get(_mode(key, sampled))
         if table is None:
             return 0.0
-        return table.overhead(lambda bb, kk, L: self.forward_round(key, bb, kk, L), b, k)
+        version = (len(self.target.points), sum(len(d.points) for d in self.drafts.values()))
+        return table.overhead(lambda bb, kk, L: self.forward_round(key, bb, kk, L), b, k, version)
 
     def t_round(self, key: str | None, b: float, k: int, L: float | None = None,
                 sampled: bool = False) -> float:

@@ -15,7 +15,9 @@ supplies (engine/calibrate.py), one table per proposer and sampling mode. The ov
 with the forward-only model evaluated at the cache length L the step ran at. Per batch row
 it is the measured value at a measured k; between them, a + c * k for k >= 1 (drafting at
 all has a fixed cost, each drafted token a further one), the line fitted by Theil-Sen (the
-median of pairwise slopes) so that one step disturbed by the machine cannot bend it. Rows
+median of pairwise slopes) so that one step disturbed by the machine cannot bend it. A
+measured step more than OUTLIER of its time off that line is taken as disturbed, and the
+line is used there instead. Rows
 are interpolated linearly in b (clamped outside the measured ones).
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+OUTLIER = 0.2        # a measured step this far (relative) off its row's line is taken as disturbed
 Forward = Callable[[int, int, float], float]     # (b, k, L) -> forward-only seconds of a round
 
 
@@ -53,6 +56,7 @@ class RoundTable:
     """Measured seconds of a real engine step: points[(b, k)] = (seconds, cache length L)."""
     points: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     contended: bool = False
+    _fits: dict = field(default_factory=dict, repr=False, compare=False)
 
     def rows(self) -> list[int]:
         return sorted({b for b, _k in self.points})
@@ -60,22 +64,32 @@ class RoundTable:
     def ks(self, b: int) -> list[int]:
         return sorted(k for bb, k in self.points if bb == b)
 
-    def overhead(self, forward: Forward, b: float, k: float) -> float:
+    def _fit(self, forward: Forward, r: int, version) -> tuple[dict, tuple[float, float] | None]:
+        """Row r's measured overheads {k: seconds} and the Theil-Sen line through k >= 1,
+        memoized until points are added or the forward model (`version`) changes."""
+        key = (r, len(self.points), version)
+        if key not in self._fits:
+            res = {kk: self.points[(r, kk)][0] - forward(r, kk, self.points[(r, kk)][1]) for kk in self.ks(r)}
+            drafting = {kk: v for kk, v in res.items() if kk >= 1}
+            self._fits[key] = (res, theil_sen(drafting) if drafting else None)
+        return self._fits[key]
+
+    def overhead(self, forward: Forward, b: float, k: float, version=None) -> float:
         """Seconds a round of k drafts at batch b costs beyond its forwards (may be < 0 where
-        the real forward beat the isolated timing). 0 when nothing has been measured."""
+        the real forward beat the isolated timing). 0 when nothing has been measured.
+        `version` identifies the state of `forward` (fits are reused while it is unchanged)."""
         rows = self.rows()
         if not rows:
             return 0.0
 
         def at_row(r: int) -> float:
-            res = {kk: self.points[(r, kk)][0] - forward(r, kk, self.points[(r, kk)][1]) for kk in self.ks(r)}
-            if k in res:
-                return res[k]                   # measured: the step itself, not the fitted line
-            drafting = {kk: v for kk, v in res.items() if kk >= 1}
-            if (k < 1 and 0 in res) or not drafting:
+            res, line = self._fit(forward, r, version)
+            fitted = None if line is None or k < 1 else line[0] + line[1] * k
+            if k in res and (fitted is None or abs(res[k] - fitted) <= OUTLIER * self.points[(r, k)][0]):
+                return res[k]                   # measured: the step itself, unless far off the line
+            if (k < 1 and 0 in res) or line is None:
                 return res.get(0, 0.0)
-            a, c = theil_sen(drafting)
-            return a + c * max(k, 1)
+            return line[0] + line[1] * max(k, 1)
         return _interp(rows, [at_row(r) for r in rows], b)
 
     def to_json(self) -> dict:

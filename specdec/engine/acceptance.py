@@ -16,9 +16,11 @@ Two levels:
 - per request row: ROW_PRIOR_N pseudo-rounds at the proposer's means, plus its own counts.
 
 Forgetting. Counts decay by ROW_DECAY / PROPOSER_DECAY per observed round so estimates
-track the text, and by IDLE_DECAY per round with no drafting: evidence then relaxes toward
-the optimistic prior, and a policy that stopped drafting tries again once the relaxed
-estimate says drafting would pay. Because an exploration round adds fresh evidence, probes
+track the text, and by ROW_IDLE_DECAY / IDLE_DECAY per round with no drafting: a request's
+own bad streak is forgotten within a few rounds, relaxing it toward its proposer's long-run
+record, which itself relaxes slowly toward the optimistic prior. A policy that stopped
+drafting therefore tries again soon where the proposer usually does well, and rarely where
+it never does. Because an exploration round adds fresh evidence, probes
 become rarer when they keep failing; their spacing grows with the evidence per round and
 with the cost of drafting (see docs/adaptive.md). These constants are part of the
 estimator, not user settings.
@@ -29,10 +31,11 @@ import numpy as np
 
 PRIOR_MEAN = 0.8         # optimistic: an untried proposer is worth trying
 PRIOR_N = 2.0            # pseudo-observations behind the proposer-level prior
-ROW_PRIOR_N = 4.0        # pseudo-rounds a new request borrows from its proposer's estimate
-ROW_DECAY = 0.9          # per drafted round (a request's window: ~10 rounds)
+ROW_PRIOR_N = 6.0        # pseudo-rounds a new request borrows from its proposer's estimate
+ROW_DECAY = 0.95         # per drafted round (a request's window: ~20 rounds)
 PROPOSER_DECAY = 0.98    # per step with drafting (~50 steps of all rows)
-IDLE_DECAY = 0.993       # per step without drafting (evidence half-life ~100 steps)
+IDLE_DECAY = 0.993       # per step without drafting, proposer level (half-life ~100 steps)
+ROW_IDLE_DECAY = 0.9     # per step without drafting, request level (half-life ~7 steps)
 
 
 class AcceptanceTracker:
@@ -113,5 +116,5 @@ class AcceptanceTracker:
         gs, gf = self._key(key)
         gs *= IDLE_DECAY
         gf *= IDLE_DECAY
-        self.rows_s[:n] *= IDLE_DECAY
-        self.rows_f[:n] *= IDLE_DECAY
+        self.rows_s[:n] *= ROW_IDLE_DECAY
+        self.rows_f[:n] *= ROW_IDLE_DECAY

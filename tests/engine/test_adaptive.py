@@ -54,7 +54,7 @@ def test_zero_acceptance_stops_drafting():
     pol, batch = make_policy(MEMORY_BOUND)
     ks = run(pol, batch, lambda k: 0, 30)
     assert ks[0] > 0                    # the optimistic prior tries drafting first
-    assert ks[-10:] == [0] * 10         # ... and learns that it does not pay
+    assert ks[-10:].count(0) >= 9       # ... and learns that it does not pay (a rare probe aside)
 
 
 def test_compute_bound_never_drafts_even_when_everything_is_accepted():
