@@ -32,105 +32,25 @@ next to the forwards, and measured lazily by `ensure_rounds` in the same way.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import platform
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from . import cache
+from .cache import Source, cache_path, identity_hash, load_profile, model_identity  # noqa: F401 (re-exported)
 from .profiling import GRID_B, ModelProfile, Point, bisect_order
-from .rounds import RoundTable, load_table, round_ks, save_table
+from .rounds import RoundTable, load_table, plausible, round_ks, save_table
 
 DRAFT_KEY = "draft:draft"       # DraftModelProposer.cost_key() for the default name
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def contended() -> bool:
-    """More runnable tasks than cores over the last minute: someone else competes with us."""
-    try:
-        return os.getloadavg()[0] > (os.cpu_count() or 1)
-    except OSError:
-        return False
 
 
 def _mode(key: str | None, sampled: bool) -> str:
     return f"{key}|{'sampled' if sampled else 'greedy'}"
 
 
-def model_identity(model, num_layers: int | None = None, device: str | None = None,
-                   threads: int | None = None) -> dict:
-    """What determines a model's forward cost here (weights' values do not)."""
-    cfg = {k: v for k, v in asdict(model.config).items() if k != "extra"}
-    dev = device or model.device.type
-    ident = {"config": cfg, "params": sum(p.numel() for p in model.parameters()),
-            "num_layers": num_layers, "dtype": str(model.lm_head.weight.dtype),
-            "kernel": getattr(model.kernel, "name", "stock"), "device": dev,
-            "cpu": _cpu_name() if dev == "cpu" else torch.cuda.get_device_name(model.device),
-            "torch": torch.__version__, "threads": threads or torch.get_num_threads()}
-    return json.loads(json.dumps(ident))         # as it reads back from the cache file
-
-
-def identity_hash(identity: dict) -> str:
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def cache_path(identity: dict) -> Path:
-    from ..defaults import cache_dir
-    d = cache_dir() / "costs"
-    d.mkdir(parents=True, exist_ok=True)
-    return d / f"{identity_hash(identity)}.json"
-
-
-@dataclass
-class _Source:
-    """A model we can (re-)measure, and where its profile is cached."""
-    model: object
-    num_layers: int | None
-    identity: dict
-    profile: ModelProfile
-    is_target: bool
-    contended: bool = False        # some of the points were measured under contention
-
-    def save(self) -> None:
-        self.contended = self.contended or contended()
-        path = cache_path(self.identity)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"identity": self.identity, "profile": self.profile.to_json(),
-                                   "contended": self.contended}))
-        tmp.replace(path)
-
-
-def _load(identity: dict, l_ref: int, l_long: int) -> tuple[ModelProfile, bool]:
-    """The cached profile and whether it was measured under contention. A table measured
-    while the machine was busy is dropped (re-measured) once the machine is quiet."""
-    path = cache_path(identity)
-    try:
-        d = json.loads(path.read_text())
-        prof = ModelProfile.from_json(d["profile"])
-        busy = bool(d.get("contended", False))
-        if d["identity"] == identity and (prof.l_ref, prof.l_long) == (l_ref, l_long) \
-                and not (busy and not contended()):
-            return prof, busy
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return ModelProfile(l_ref, l_long), False
-
-
 class CostModel:
     def __init__(self, target: ModelProfile, drafts: dict[str, ModelProfile] | None = None,
-                 k_max: int = 8, sources: list[_Source] | None = None, timing: dict | None = None):
+                 k_max: int = 8, sources: list[Source] | None = None, timing: dict | None = None):
         self.target, self.drafts, self.k_max = target, dict(drafts or {}), k_max
         self.q_max = k_max + 1
         self._sources = sources or []
@@ -166,15 +86,15 @@ class CostModel:
                     key, draft = sub.cost_key(), getattr(sub, "model", None)
                 if draft is not None:
                     models.append((draft, getattr(sub, "num_layers", None), key or DRAFT_KEY))
-            by_id: dict[str, _Source] = {}      # a draft shaped like the target shares its table
+            by_id: dict[str, Source] = {}      # a draft shaped like the target shares its table
             profiles = []
             for model, nl, k in models:
                 ident = model_identity(model, nl, device, threads)
                 h = identity_hash(ident)
                 if h not in by_id:
                     prof, busy = (ModelProfile(l_ref, l_long), False) if remeasure else \
-                        _load(ident, l_ref, l_long)
-                    by_id[h] = _Source(model, nl, ident, prof, is_target=k is None, contended=busy)
+                        load_profile(ident, l_ref, l_long)
+                    by_id[h] = Source(model, nl, ident, prof, is_target=k is None, contended=busy)
                 profiles.append(by_id[h].profile)
             drafts = {k: p for (_m, _nl, k), p in zip(models, profiles) if k is not None}
             cm = cls(profiles[0], drafts, k_max, list(by_id.values()), timing)
@@ -315,10 +235,13 @@ class CostModel:
             self._rounds_done.add((mode, b))
             return False
         for r, ks in todo.items():
-            if ks:
-                for k, (t, L) in self._round_timer(key, r, ks, sampled).items():
-                    table.points[(r, k)] = (t, L)
-        save_table(table, self._rounds_path(mode), self._rounds_identity(mode), contended())
+            for attempt in range(3 if ks else 0):
+                got = self._round_timer(key, r, ks, sampled)
+                if attempt == 2 or plausible(got):
+                    break               # else a burst of other work hit some k: time them again
+            for k, (t, L) in (got if ks else {}).items():
+                table.points[(r, k)] = (t, L)
+        save_table(table, self._rounds_path(mode), self._rounds_identity(mode), cache.contended())
         return True
 
     def _rounds_identity(self, mode: str) -> dict:
@@ -330,17 +253,17 @@ class CostModel:
     def _round_table(self, mode: str) -> RoundTable:
         if mode not in self.rounds:
             self.rounds[mode] = RoundTable() if self._remeasure else \
-                load_table(self._rounds_path(mode), self._rounds_identity(mode), contended())
+                load_table(self._rounds_path(mode), self._rounds_identity(mode), cache.contended())
         return self.rounds[mode]
 
-    def _required(self, rows: list[int]) -> list[tuple[_Source, Point]]:
+    def _required(self, rows: list[int]) -> list[tuple[Source, Point]]:
         out = []
         for s in self._sources:
             p, qs = s.profile, ((1, self.q_max) if s.is_target else (1,))
             out += [(s, (L, b, q)) for b in rows for L in (p.l_ref, p.l_long) for q in qs]
         return [(s, pt) for s, pt in out if pt not in s.profile.points]
 
-    def _optional(self, rows: list[int], everything: bool = False) -> list[tuple[_Source, Point]]:
+    def _optional(self, rows: list[int], everything: bool = False) -> list[tuple[Source, Point]]:
         out = []
         for s in self._sources:
             if not s.is_target:
@@ -352,7 +275,7 @@ class CostModel:
                     out += [(s, (p.l_long, b, q)) for q in (1, (1 + self.q_max) // 2, self.q_max)]
         return [(s, pt) for s, pt in out if pt not in s.profile.points]
 
-    def _measure(self, todo: list[tuple[_Source, Point]]) -> None:
+    def _measure(self, todo: list[tuple[Source, Point]]) -> None:
         for s in {id(s): s for s, _ in todo}.values():
             s.profile.measure([pt for ss, pt in todo if ss is s], s.model, s.num_layers, **self._timing)
             s.save()

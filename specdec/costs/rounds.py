@@ -102,6 +102,14 @@ class RoundTable:
                    bool(d.get("contended", False)))
 
 
+def plausible(steps: dict[int, tuple[float, float]]) -> bool:
+    """Whether step times measured together {k: (seconds, L)} can be right: drafting more
+    never makes a step cheaper (beyond 10% timing noise). A burst of other work on the
+    machine during one k's steps breaks this, and the caller measures again."""
+    ks = sorted(steps)
+    return all(steps[a][0] <= 1.1 * steps[b][0] for a, b in zip(ks, ks[1:]))
+
+
 def round_ks(k_max: int) -> tuple[list[int], list[int]]:
     """(required, optional) draft lengths to time: 0, 1 and k_max first, then midpoints."""
     req = sorted({0, 1, k_max})

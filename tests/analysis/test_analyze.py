@@ -39,7 +39,9 @@ def test_results_cover_the_grid_and_are_consistent(run_dir):
         assert 0 <= c["alpha"] <= 1 and 1 <= c["tokens_per_step"] <= c["k"] + 1
         assert sum(c["accepted_length_hist"].values()) == c["drafts"] > 0
         assert len(c["accepted_per_pos"]) == c["k"]
-        assert c["pred_iid"] > 0 and c["pred_positional"] > 0
+        assert c["pred"] > 0 and c["pred_iid"] > 0 and c["pred_positional"] > 0 and c["pred_forward"] > 0
+        assert c["err"] == pytest.approx(c["pred"] / c["speedup"] - 1)
+        assert len(c["group_alphas"]) == 2 and c["ratio"] > 0
         if c["temperature"] == 0:
             assert c["identical_to_plain"] is True      # lossless: greedy output equals plain
         else:
@@ -116,3 +118,24 @@ def test_busy_machine_warning(run_dir):
     text = lambda m: " ".join(str(b[1]) for b in build_blocks(res, m) if b[0] == "p")   # noqa: E731
     assert "machine was busy" in text(dict(meta, load_average=[9.5, 7.0]))
     assert "machine was busy" not in text(dict(meta, load_average=[1.9, 2.1]))
+
+
+def test_lockstep_runs_decode_every_spec_on_the_same_prompts(tiny_target, tiny_draft):
+    from specdec.analysis.measure import lockstep_runs
+    from specdec.config import SamplingParams, SpecConfig
+    from specdec.engine.build import Models
+
+    models = Models(tiny_target, None, tiny_draft)
+    specs = {0: SpecConfig(method="none", k=0), 2: SpecConfig(method="draft", k=2),
+             5: SpecConfig(method="draft", k=5)}
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]]
+    params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (9, 4, 12)]
+    runs = lockstep_runs(models, specs, prompts, params, max_len=64, max_batch=2)
+    assert set(runs) == {0, 2, 5}
+    for k, r in runs.items():
+        assert r.outputs == runs[0].outputs                        # greedy: lossless
+        assert [len(o) for o in r.outputs] == [9, 4, 12]
+        assert r.tokens == 25 - 2 and r.decode_s > 0              # the admission step's 2 tokens aside
+        assert r.tok_s == pytest.approx(r.tokens / r.decode_s)
+        assert sum(r.metrics["k_hist"].values()) >= 1
+    assert set(runs[5].metrics["k_hist"]) <= {5} and runs[0].metrics["k_hist"] == {0: runs[0].metrics["k_hist"][0]}

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specdec.costs import cost_model as cm_mod
+from specdec.costs import cache as cm_mod
 from specdec.costs import profiling
 from specdec.costs.cost_model import CostModel, cache_path, identity_hash, model_identity
 from specdec.costs.profiling import bisect_order, grid_rows

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from specdec.config import SpecConfig
-from specdec.costs import cost_model as cm_mod
+from specdec.costs import cache as cm_mod
 from specdec.costs.cost_model import CostModel
 from specdec.costs.rounds import RoundTable, load_table, round_ks, save_table, theil_sen
 from specdec.engine.calibrate import PERIOD, middle_mean, round_timer, synthetic_prompts
@@ -36,11 +36,14 @@ def test_overhead_exact_where_measured_and_a_line_between():
     assert t.overhead(FWD, 1, 0) == pytest.approx(0.0005)            # plain decoding has its own point
     assert t.overhead(FWD, 1, 8) == pytest.approx(0.009)
     assert t.overhead(FWD, 1, 4) == pytest.approx(0.002 + 3 * 0.001)  # on the line through k=1 and 8
-    # one disturbed interior step does not bend the line elsewhere (but is used where measured)
+    # one disturbed interior step does not bend the line, and is replaced by it; a measured
+    # step near the line is used as measured
     t.points[(1, 4)] = (FWD(1, 4, 100) + 0.05, 100.0)
     t.points[(1, 2)] = (FWD(1, 2, 100) + 0.003, 100.0)
     assert t.overhead(FWD, 1, 6) == pytest.approx(0.007, rel=1e-6)
-    assert t.overhead(FWD, 1, 4) == pytest.approx(0.05)
+    assert t.overhead(FWD, 1, 4) == pytest.approx(0.005, rel=1e-6)
+    near = table({1: {1: 0.002, 3: 0.0041, 8: 0.009}})
+    assert near.overhead(FWD, 1, 3) == pytest.approx(0.0041)       # the line says 0.004
 
 
 def test_overhead_interpolates_batch_rows_and_is_zero_unmeasured():
@@ -108,3 +111,15 @@ def test_round_timer_steps_real_engines(tiny_target, tiny_draft):
     assert all(t > 0 for t, _L in out.values())
     assert all(20 <= L <= 20 + 5 * 4 for _t, L in out.values())       # the cache grows as it decodes
     assert sorted(timer("draft:draft", 1, [0, 2], True)) == [0, 2]
+
+
+def test_implausible_rows_are_timed_again(cache, tiny_target, tiny_draft):
+    from specdec.costs.rounds import plausible
+    assert plausible({0: (0.01, 1), 1: (0.012, 1), 8: (0.03, 1)})
+    assert not plausible({0: (0.04, 1), 1: (0.02, 1), 8: (0.03, 1)})      # plain dearer than drafting
+    answers = [{0: (0.04, 64.0), 1: (0.02, 64.0), 4: (0.03, 64.0)},
+               {0: (0.01, 64.0), 1: (0.02, 64.0), 4: (0.03, 64.0)}]
+    cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
+    cm.attach_round_timer(lambda key, b, ks, sampled: answers.pop(0))
+    assert cm.ensure_rounds(1, "draft:draft")
+    assert not answers and cm.rounds["draft:draft|greedy"].points[(1, 0)][0] == 0.01
