@@ -13,5 +13,5 @@ step model_card  python benchmarks/model_card.py --n 6 --new-tokens 96 --out res
 step analyze     specdec analyze --quick --no-progress --threads 2 --out results/analyze
 step peers       python benchmarks/peers.py --prompts 2 --reps 3 --ks 4,8 --threads 2 --profile --out results/peers
 step proposers   python benchmarks/proposers.py --n 2 --new-tokens 96 --repeats 3 --out results/proposers
-step adaptive    python benchmarks/adaptive.py --max-new-tokens 32 --prompt-tokens 64 --repeats 3 --out results/adaptive
+step adaptive    python benchmarks/adaptive.py --repeats 5 --out results/adaptive
 step serve_load  python benchmarks/serve_load.py --concurrency 1,4,16,32 --max-tokens 32 --out results/serve

@@ -13,11 +13,12 @@ supplies (engine/calibrate.py), one table per proposer and sampling mode. The ov
     overhead(b, k) = step(b, k) - [t_target(b, k+1, L) + k * t_draft(b, L)]
 
 with the forward-only model evaluated at the cache length L the step ran at. Per batch row
-it is the measured value at a measured k; between them, a + c * k for k >= 1 (drafting at
-all has a fixed cost, each drafted token a further one), the line fitted by Theil-Sen (the
-median of pairwise slopes) so that one step disturbed by the machine cannot bend it. A
-measured step more than OUTLIER of its time off that line is taken as disturbed, and the
-line is used there instead. Rows
+it is the measured value at k = 0 (plain decoding) and a + c * k for k >= 1: drafting at
+all has a fixed cost, each drafted token a further one, while the forward model carries
+what is not linear in k (the verify forward's cost curve). The line is fitted by
+Theil-Sen (the median of pairwise slopes) through every measured k >= 1, so that a step
+disturbed by the machine cannot bend it; it is used at measured k too, since a smooth fit
+through many noisy points beats any one of them. Rows
 are interpolated linearly in b (clamped outside the measured ones).
 """
 from __future__ import annotations
@@ -28,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-OUTLIER = 0.2        # a measured step this far (relative) off its row's line is taken as disturbed
 Forward = Callable[[int, int, float], float]     # (b, k, L) -> forward-only seconds of a round
 
 
@@ -84,9 +84,6 @@ class RoundTable:
 
         def at_row(r: int) -> float:
             res, line = self._fit(forward, r, version)
-            fitted = None if line is None or k < 1 else line[0] + line[1] * k
-            if k in res and (fitted is None or abs(res[k] - fitted) <= OUTLIER * self.points[(r, k)][0]):
-                return res[k]                   # measured: the step itself, unless far off the line
             if (k < 1 and 0 in res) or line is None:
                 return res.get(0, 0.0)
             return line[0] + line[1] * max(k, 1)

@@ -34,7 +34,7 @@ PRIOR_N = 2.0            # pseudo-observations behind the proposer-level prior
 ROW_PRIOR_N = 6.0        # pseudo-rounds a new request borrows from its proposer's estimate
 ROW_DECAY = 0.95         # per drafted round (a request's window: ~20 rounds)
 PROPOSER_DECAY = 0.98    # per step with drafting (~50 steps of all rows)
-IDLE_DECAY = 0.993       # per step without drafting, proposer level (half-life ~100 steps)
+IDLE_DECAY = 0.98        # per step without drafting, proposer level (half-life ~35 steps)
 ROW_IDLE_DECAY = 0.9     # per step without drafting, request level (half-life ~7 steps)
 
 
