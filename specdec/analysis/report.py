@@ -42,8 +42,8 @@ def build_blocks(summary: dict, meta: dict) -> list:
     B = [("h", 1, f"Does speculation pay? {summary['method']}"),
          ("p", summary["verdict"], "verdict"),
          ("p", f"Target `{meta['target']}`; proposer: {summary['method']}. {meta['when']}, device {meta['device']}, "
-               f"{meta['threads']} threads. {meta['groups']} repeats per cell (different prompts, alternating "
-               f"plain/speculative order), {meta['max_new_tokens']} new tokens per prompt; costs: "
+               f"{meta['threads']} threads. {meta['groups']} repeats per cell (different prompts; plain and "
+               f"every k decoded in lockstep), {meta['max_new_tokens']} new tokens per prompt; costs: "
                f"{summary['cost_table']['source']}. Wall time {meta['wall_s']:.0f} s.")]
     load = [x for x in meta.get("load_average", []) if x is not None]
     if load and meta.get("cpus") and max(load) > meta["cpus"] + 1:

@@ -115,7 +115,8 @@ def regimes(cells: list[dict], t0: float) -> list[dict]:
     by_w: dict[str, list[dict]] = {}
     for c in base:
         by_w.setdefault(c["workload"], []).append(c)
-    alpha = {w: max(x["alpha"] for x in cs) for w, cs in by_w.items()}
+    # compare workloads at one k (each at its largest): alpha differs with k
+    alpha = {w: max(cs, key=lambda x: x["k"])["alpha"] for w, cs in by_w.items()}
     easy = max(alpha, key=alpha.get)
     best = max(by_w[easy], key=lambda c: c["speedup"])
     rows = [dict(regime="predictable text", cell=best)]

@@ -46,13 +46,17 @@ def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warm
     def timer(key: str, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
         from .engine import Engine                     # engine.py -> policy -> adaptive -> here
         method = key.split(":")[0]
+        # fit the longest draft's tokens into the model's context, shortening the prompt first
+        ctx = target.config.max_position_embeddings - 1
+        n_steps = max(1, min(steps, (ctx - PERIOD) // (max(ks) + 1) - warmup - 1))
+        plen = max(PERIOD, min(prompt_len, ctx - (warmup + n_steps + 1) * (max(ks) + 1)))
         engines = {}
         for k in ks:
             cfg = SpecConfig(method=method if k else "none", k=k, k_max=max(k, 1), options=spec.options)
-            new = (warmup + steps + 1) * (k + 1)
-            eng = Engine(target, cfg, EngineConfig(max_batch=b, max_model_len=prompt_len + new + 1,
+            new = (warmup + n_steps + 1) * (k + 1)
+            eng = Engine(target, cfg, EngineConfig(max_batch=b, max_model_len=plen + new + 1,
                                                    device=target.device.type), draft=draft)
-            for i, p in enumerate(synthetic_prompts(target.config.vocab_size, b, prompt_len)):
+            for i, p in enumerate(synthetic_prompts(target.config.vocab_size, b, plen)):
                 eng.add_request(p, SamplingParams(temperature=1.0 if sampled else 0.0, seed=i,
                                                   max_new_tokens=new, ignore_eos=True))
             eng.step()                                          # admission (prefill) only
@@ -60,10 +64,10 @@ def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warm
         times: dict[int, list[float]] = {k: [] for k in ks}
         lens: dict[int, list[int]] = {k: [] for k in ks}
         order = list(engines)
-        for i in range(warmup + steps):
+        for i in range(warmup + n_steps):
             for k in order[i % len(order):] + order[:i % len(order)]:
                 eng = engines[k]
-                L = max(eng.cache.lengths[:len(eng.running)], default=prompt_len)
+                L = max(eng.cache.lengths[:len(eng.running)], default=plen)
                 t0 = time.perf_counter()
                 eng.step()
                 if i >= warmup:

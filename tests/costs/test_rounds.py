@@ -121,3 +121,11 @@ def test_implausible_rows_are_timed_again(cache, tiny_target, tiny_draft):
     cm.attach_round_timer(lambda key, b, ks, sampled: answers.pop(0))
     assert cm.ensure_rounds(1, "draft:draft")
     assert not answers and cm.rounds["draft:draft|greedy"].points[(1, 0)][0] == 0.01
+
+
+def test_round_timer_fits_the_models_context(tiny_target, tiny_draft):
+    ctx = tiny_target.config.max_position_embeddings
+    timer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=ctx, warmup=1,
+                        steps=ctx)
+    out = timer("draft:draft", 1, [0, 8], False)
+    assert sorted(out) == [0, 8] and all(L < ctx for _t, L in out.values())
