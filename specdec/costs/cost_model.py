@@ -135,32 +135,31 @@ class CostModel:
         """Forward-only seconds of a round: one verify forward of k+1 positions, k draft steps."""
         return self.t_target(b, k + 1, L) + (k * self.t_draft(key, b, L) if key else 0.0)
 
-    def overhead(self, key: str | None, b: float, k: int, sampled: bool = False) -> float:
-        """Measured seconds a real round costs beyond forward_round (rounds.py); 0 if unmeasured."""
-        table = self.rounds.get(_mode(key, sampled))
-        if table is None:
-            return 0.0
-        version = (len(self.target.points), sum(len(d.points) for d in self.drafts.values()))
-        return table.overhead(lambda bb, kk, L: self.forward_round(key, bb, kk, L), b, k, version)
-
     def t_round(self, key: str | None, b: float, k: int, L: float | None = None,
                 sampled: bool = False) -> float:
-        """Seconds of one real engine step drafting k tokens (k = 0: a plain decoding step)."""
+        """Seconds of one real engine step drafting k tokens (k = 0: a plain decoding step):
+        the measured rounds (rounds.py) where there are any, else the forwards alone."""
         f = self.forward_round(key, b, k, L)
-        return max(f + self.overhead(key, b, k, sampled), 0.5 * f)
+        table = self.rounds.get(_mode(key, sampled))
+        fwd = lambda bb, kk, LL: self.forward_round(key, bb, kk, LL)                 # noqa: E731
+        t = table.step(b, k, fwd, self.target.l_ref if L is None else L) if table is not None else None
+        return f if t is None else max(t, 0.5 * f)
+
+    def overhead(self, key: str | None, b: float, k: int, sampled: bool = False) -> float:
+        """What a real round costs beyond the forwards: t_round - forward_round."""
+        return self.t_round(key, b, k, None, sampled) - self.forward_round(key, b, k)
 
     def curve(self, key: str | None, b: int, k_max: int | None = None,
               sampled: bool = False) -> tuple[list[float], list[float]]:
         """A round's modelled seconds for k = 0..k_max as (base, slope): k drafts from proposer
         `key` then one verify forward cost base[k] + slope[k] * (L - l_ref) at cache length L
-        (t_round(key, b, k, L, sampled) for every k in one call; the overhead does not
-        depend on L)."""
+        (t_round(key, b, k, L, sampled) for every k in one call)."""
         p, d = self.target, self.drafts.get(key) if key else None
         dl = p.l_long - p.l_ref
         td = d.t(b, 1) if d is not None and d.points else 0.0
         ts = (d.t(b, 1, p.l_long) - td) / dl if d is not None and d.points and dl else 0.0
         n = (self.k_max if k_max is None else k_max) + 1
-        base = [p.t(b, k + 1) + k * td + self.overhead(key, b, k, sampled) for k in range(n)]
+        base = [self.t_round(key, b, k, None, sampled) for k in range(n)]
         slope = [b * p.sigma(k + 1) + k * ts for k in range(n)]
         return base, slope
 

@@ -13,13 +13,15 @@ supplies (engine/calibrate.py), one table per proposer and sampling mode. The ov
     overhead(b, k) = step(b, k) - [t_target(b, k+1, L) + k * t_draft(b, L)]
 
 with the forward-only model evaluated at the cache length L the step ran at. Per batch row
-it is the measured value at k = 0 (plain decoding) and a + c * k for k >= 1: drafting at
-all has a fixed cost, each drafted token a further one, while the forward model carries
-what is not linear in k (the verify forward's cost curve). The line is fitted by
-Theil-Sen (the median of pairwise slopes) through every measured k >= 1, so that a step
-disturbed by the machine cannot bend it; it is used at measured k too, since a smooth fit
-through many noisy points beats any one of them. Rows
-are interpolated linearly in b (clamped outside the measured ones).
+the step is the measured one at k = 0 (plain decoding) and a + c * k for k >= 1: drafting
+at all has a fixed cost, each drafted token a further one, and measured steps are close to
+linear in k. The line is fitted by Theil-Sen (the median of pairwise slopes) through every
+measured k >= 1, so that a step disturbed by the machine cannot bend it, and it is used at
+measured k too: a smooth fit through many noisy points beats any one of them. The steps
+are measured interleaved across k (robust to the machine's drift), while the forward
+model is measured one q after another; so the forward model only carries the step to
+another cache length, and between measured batch rows (interpolated linearly in b,
+clamped outside them).
 """
 from __future__ import annotations
 
@@ -64,30 +66,34 @@ class RoundTable:
     def ks(self, b: int) -> list[int]:
         return sorted(k for bb, k in self.points if bb == b)
 
-    def _fit(self, forward: Forward, r: int, version) -> tuple[dict, tuple[float, float] | None]:
-        """Row r's measured overheads {k: seconds} and the Theil-Sen line through k >= 1,
-        memoized until points are added or the forward model (`version`) changes."""
-        key = (r, len(self.points), version)
+    def _fit(self, r: int) -> tuple[float | None, tuple[float, float] | None, float]:
+        """Row r's plain step (k = 0), the Theil-Sen line through its steps at k >= 1, and the
+        mean cache length they ran at; memoized until points are added."""
+        key = (r, len(self.points))
         if key not in self._fits:
-            res = {kk: self.points[(r, kk)][0] - forward(r, kk, self.points[(r, kk)][1]) for kk in self.ks(r)}
-            drafting = {kk: v for kk, v in res.items() if kk >= 1}
-            self._fits[key] = (res, theil_sen(drafting) if drafting else None)
+            ks = self.ks(r)
+            drafting = {k: self.points[(r, k)][0] for k in ks if k >= 1}
+            plain = self.points[(r, 0)][0] if 0 in ks else None
+            L = statistics.mean(self.points[(r, k)][1] for k in ks)
+            self._fits[key] = (plain, theil_sen(drafting) if drafting else None, L)
         return self._fits[key]
 
-    def overhead(self, forward: Forward, b: float, k: float, version=None) -> float:
-        """Seconds a round of k drafts at batch b costs beyond its forwards (may be < 0 where
-        the real forward beat the isolated timing). 0 when nothing has been measured.
-        `version` identifies the state of `forward` (fits are reused while it is unchanged)."""
-        rows = self.rows()
+    def step(self, b: float, k: float, forward: Forward, L: float | None = None) -> float | None:
+        """Seconds of a real step drafting k at batch b and cache length L (None: as measured),
+        or None when nothing has been measured. Within a row: the plain step at k = 0, the
+        line at k >= 1; the forward model moves it to another cache length and, between
+        rows, carries the difference in batch size."""
+        rows = [r for r in self.rows() if self._fit(r)[0 if k < 1 else 1] is not None]
         if not rows:
-            return 0.0
+            return None
 
-        def at_row(r: int) -> float:
-            res, line = self._fit(forward, r, version)
-            if (k < 1 and 0 in res) or line is None:
-                return res.get(0, 0.0)
-            return line[0] + line[1] * max(k, 1)
-        return _interp(rows, [at_row(r) for r in rows], b)
+        def at_row(r: int) -> float:            # the row's step, as an offset from the forwards
+            plain, line, Lr = self._fit(r)
+            t = plain if k < 1 else line[0] + line[1] * k
+            return t - forward(r, k, Lr)
+        off = _interp(rows, [at_row(r) for r in rows], b)
+        Lb = _interp(rows, [self._fit(r)[2] for r in rows], b)
+        return forward(b, k, Lb if L is None else L) + off
 
     def to_json(self) -> dict:
         return {"points": [[b, k, t, L] for (b, k), (t, L) in sorted(self.points.items())],

@@ -31,23 +31,28 @@ def test_theil_sen_ignores_one_outlier():
     assert theil_sen({3: 2.0}) == (2.0, 0.0)
 
 
-def test_overhead_plain_point_and_a_robust_line_for_drafting():
-    t = table({1: {0: 0.0005, 1: 0.002, 8: 0.009}})
-    assert t.overhead(FWD, 1, 0) == pytest.approx(0.0005)            # plain decoding has its own point
-    assert t.overhead(FWD, 1, 8) == pytest.approx(0.009)
-    assert t.overhead(FWD, 1, 4) == pytest.approx(0.002 + 3 * 0.001)  # on the line through k=1 and 8
+def test_steps_plain_point_and_a_robust_line_for_drafting():
+    t = table({1: {0: 0.0005, 1: 0.002, 8: 0.009}})                # steps = FWD + these
+    assert t.step(1, 0, FWD) == pytest.approx(FWD(1, 0, 100) + 0.0005)  # plain decoding: its own point
+    assert t.step(1, 8, FWD) == pytest.approx(FWD(1, 8, 100) + 0.009)
+    # on the line through the steps at k=1 and k=8 (FWD is linear in k here)
+    assert t.step(1, 4, FWD) == pytest.approx(FWD(1, 4, 100) + 0.002 + 3 * 0.001)
     # one disturbed interior step neither bends the line nor stands for its own k
     t.points[(1, 4)] = (FWD(1, 4, 100) + 0.05, 100.0)
     t.points[(1, 2)] = (FWD(1, 2, 100) + 0.003, 100.0)
-    assert t.overhead(FWD, 1, 6) == pytest.approx(0.007, rel=1e-6)
-    assert t.overhead(FWD, 1, 4) == pytest.approx(0.005, rel=1e-6)
+    assert t.step(1, 6, FWD) == pytest.approx(FWD(1, 6, 100) + 0.007, rel=1e-6)
+    assert t.step(1, 4, FWD) == pytest.approx(FWD(1, 4, 100) + 0.005, rel=1e-6)
+    # another cache length: moved by the forward model's change
+    long = lambda b, k, L: FWD(b, k, L) + 1e-5 * b * L                    # noqa: E731
+    assert t.step(1, 6, long, L=300) - t.step(1, 6, long, L=100) == pytest.approx(1e-5 * 200)
 
 
-def test_overhead_interpolates_batch_rows_and_is_zero_unmeasured():
+def test_steps_between_rows_follow_the_forwards_and_unmeasured_is_none():
     t = table({1: {0: 0.0, 1: 0.001}, 4: {0: 0.0, 1: 0.004}})
-    assert t.overhead(FWD, 2, 1) == pytest.approx(0.002)
-    assert t.overhead(FWD, 16, 1) == pytest.approx(0.004)             # clamped past the last row
-    assert RoundTable().overhead(FWD, 3, 2) == 0.0
+    assert t.step(2, 1, FWD) == pytest.approx(FWD(2, 1, 100) + 0.002)
+    assert t.step(16, 1, FWD) == pytest.approx(FWD(16, 1, 100) + 0.004)   # offset clamped past the last row
+    assert RoundTable().step(3, 2, FWD) is None
+    assert table({1: {0: 0.001}}).step(1, 3, FWD) is None                  # no drafting measured
 
 
 def test_round_ks_and_table_cache(tmp_path):
