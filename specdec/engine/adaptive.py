@@ -1,14 +1,16 @@
 """`k="auto"`: each round, draft the k that maximises expected tokens per second.
 
     k* = argmax_{k in 0..k_max}  sum_rows E[tokens | a_row, k]  /  T(b, k)
-    T(b, k) = t_target(b, k+1, L) + k * t_draft(b, L) + overhead(b, k)
+    T(b, k) = t_round(b, k, L, mode) + drift(b, k)
 
 - E[tokens | a, k] comes from per-position Beta posteriors per request and per proposer
   (acceptance.py), capped by each request's remaining max_new_tokens.
-- t_target and t_draft come from the measured cost model (costs/cost_model.py), at
-  the batch's longest cache length L; `ensure(b)` measures a batch size on first use.
-- overhead(b, k) = a_b + c_b * k is what the step really costs beyond the cost model
-  (verification, sampling, the proposer's Python, a draft-free proposer's work): a
+- t_round is the measured cost model's whole round (costs/), for the batch's sampling
+  mode at its longest cache length L: real engine steps, timed by engine/calibrate.py.
+  `ensure(b)` / `ensure_rounds(b, ...)` measure a batch size on its first use (cached on
+  disk, so once per machine).
+- drift(b, k) = a_b + c_b * k is what the step still costs beyond the cost model now (a
+  machine slower than when it was measured, real text rather than synthetic prompts): a
   ridge least-squares fit of the measured step time's residual, exponentially weighted
   per batch size. Steps that are not typical of a k are left out of the fit: those that
   measured the cost model, ran a (b, k) shape for the first time (kernel set-up) or
