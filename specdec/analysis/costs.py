@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..costs.cost_model import CostModel
+from .predict import cost_ratio
 
 
 @dataclass
@@ -32,7 +33,7 @@ class Costs:
 
     def forward_ratio(self, b: int, k: int) -> float:
         """The same from the forwards alone: (t_target(b, k+1) + k t_draft(b)) / t_target(b, 1)."""
-        return (self.t_target(b, k + 1) + k * self.t_draft(b)) / self.t_target(b, 1)
+        return cost_ratio(self.t_target, self.t_draft, b, k)
 
     def table(self, batch_sizes, q_max: int) -> dict:
         """For the report: {"b", "q", "t_s": t(b, q) per b, "t_draft_s", "round_s": real step
