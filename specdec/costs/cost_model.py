@@ -234,14 +234,24 @@ class CostModel:
             self._rounds_done.add((mode, b))
             return False
         for r, ks in todo.items():
-            for attempt in range(3 if ks else 0):
-                got = self._round_timer(key, r, ks, sampled)
-                if attempt == 2 or plausible(got):
-                    break               # else a burst of other work hit some k: time them again
-            for k, (t, L) in (got if ks else {}).items():
-                table.points[(r, k)] = (t, L)
+            if ks:
+                table.points.update({(r, k): tl for k, tl in self._time_rounds(key, r, ks, sampled).items()})
         save_table(table, self._rounds_path(mode), self._rounds_identity(mode), cache.contended())
         return True
+
+    def _time_rounds(self, key: str, b: int, ks: list[int], sampled: bool, tries: int = 3) -> dict:
+        """Real steps at (b, k) for each k in ks; timed again (up to `tries` times) while they are
+        implausible, i.e. a burst of other work on the machine hit some k."""
+        for _ in range(tries):
+            got = self._round_timer(key, b, ks, sampled)
+            if plausible(got):
+                break
+        return got
+
+    @property
+    def times_rounds(self) -> bool:
+        """Whether a round timer is attached (see attach_round_timer)."""
+        return self._round_timer is not None
 
     def _rounds_identity(self, mode: str) -> dict:
         return {"mode": mode, "k_max": self.k_max, "models": [s.identity for s in self._sources]}

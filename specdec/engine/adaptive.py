@@ -69,7 +69,7 @@ class AdaptiveK:
         if cost_model is None and self.k_max > 0:
             cost_model = CostModel.load_or_measure(target, proposer, quick=True, k_max=self.k_max)
         self.cost = cost_model
-        if cost_model is not None and cost_model._round_timer is None and target is not None and self.k_max > 0:
+        if cost_model is not None and not cost_model.times_rounds and target is not None and self.k_max > 0:
             cost_model.attach_round_timer(round_timer(target, spec, draft))
         self.acc = AcceptanceTracker(max(self.k_max, 1))
         self.overhead = StepOverhead(self.k_max)
