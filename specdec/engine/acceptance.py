@@ -2,7 +2,9 @@
 
 a_j = P(draft j accepted | drafts 1..j-1 accepted). A round that drafts n tokens and has
 m accepted is m successes at positions 1..m and, if m < n, one failure at position m+1;
-later positions are not observed. Under independent Beta posteriors,
+later positions are not observed. In sampled rounds the engine also reports beta_j, the
+probability with which each draft was accepted given its context; a reached position then
+counts beta_j successes and 1 - beta_j failures (unbiased, far less noisy than 0/1). Under independent Beta posteriors,
 
     P(A >= i) = prod_{j<=i} E[a_j]            (exact: the mean of a product of independents)
     E[min(1 + A, r) | k] = sum_{i=0}^{min(k, r-1)} P(A >= i)
@@ -88,11 +90,16 @@ class AcceptanceTracker:
         return np.cumsum(p, axis=1).sum(axis=0)
 
     # ---- updates ------------------------------------------------------------------------------
-    def observe(self, key: str, num_draft: list[int], accepted: list[int], k: int | None = None) -> None:
+    def observe(self, key: str, num_draft: list[int], accepted: list[int], k: int | None = None,
+                accept_prob: list[list[float]] | None = None) -> None:
         """One round: row b drafted num_draft[b] tokens and had accepted[b] of them accepted.
         With `k` (the round's requested length), a row that proposed fewer than k tokens
         counts a failure where its draft ended: for throughput, a draft that a proposer
-        (e.g. n-gram lookup without a match) could not make is as good as a rejected one."""
+        (e.g. n-gram lookup without a match) could not make is as good as a rejected one.
+        With `accept_prob` (row b: beta_j, the probability that draft j was accepted given its
+        context; verify.rejection.acceptance_probability), each position verification
+        reached counts beta_j successes and 1 - beta_j failures instead of the 0/1 outcome:
+        the same expectation, much less noise at temperature > 0 (Rao-Blackwell)."""
         gs, gf = self._key(key)
         asked = [k if k is not None else nd for nd in num_draft]
         if not any(a > 0 for a in asked):
@@ -100,16 +107,23 @@ class AcceptanceTracker:
             return
         gs *= PROPOSER_DECAY
         gf *= PROPOSER_DECAY
-        for b, (nd, m) in enumerate(zip(asked, accepted)):
-            if nd <= 0:
+        for b, (want, nd, m) in enumerate(zip(asked, num_draft, accepted)):
+            if want <= 0:
                 continue
             self.rows_s[b] *= ROW_DECAY
             self.rows_f[b] *= ROW_DECAY
-            self.rows_s[b, :m] += 1
-            gs[:m] += 1
-            if m < nd and m < self.k_max:
-                self.rows_f[b, m] += 1
-                gf[m] += 1
+            reached = min(m + 1, want, self.k_max)           # positions 1..m+1 were decided
+            if accept_prob is None:
+                hit = np.zeros(reached)
+                hit[:min(m, reached)] = 1.0
+            else:
+                hit = np.zeros(reached)                      # beyond the drafts made: a failure
+                made = min(nd, reached)
+                hit[:made] = accept_prob[b][:made]
+            self.rows_s[b, :reached] += hit
+            self.rows_f[b, :reached] += 1.0 - hit
+            gs[:reached] += hit
+            gf[:reached] += 1.0 - hit
 
     def idle(self, key: str, n: int) -> None:
         """A round without drafting: let the evidence relax toward the prior."""

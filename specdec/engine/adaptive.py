@@ -61,6 +61,7 @@ class StepOverhead:
 
 class AdaptiveK:
     name = "auto"
+    learns_from_beta = True       # the engine passes each draft's acceptance probability
 
     def __init__(self, spec, proposer, target, cost_model: CostModel | None = None, draft=None):
         cap = getattr(proposer, "max_k", None)
@@ -127,10 +128,10 @@ class AdaptiveK:
     def move_row(self, src, dst):
         self.acc.move_row(src, dst)
 
-    def observe(self, batch, k, num_draft, accepted, dt):
+    def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None):
         if self.k_max == 0:
             return
-        self.acc.observe(self.proposer.cost_key(), list(num_draft), list(accepted), k)
+        self.acc.observe(self.proposer.cost_key(), list(num_draft), list(accepted), k, accept_prob)
         shape = (len(batch), k)
         typical = shape in self._seen and not (k > 0 and self._prev_k == 0)
         if self._pred is not None and typical and not self._skip_fit:

@@ -23,7 +23,7 @@ from ..models.llama import S_BLOCK, LlamaModel
 from ..proposers import create as create_proposer
 from ..proposers.base import Batch, Draft
 from ..verify.greedy import greedy_verify
-from ..verify.rejection import rejection_verify
+from ..verify.rejection import acceptance_probability, rejection_verify
 from ..verify.sampling import BatchSampling, sample
 from .metrics import EngineMetrics
 from .policy import make_policy
@@ -121,22 +121,27 @@ class Engine:
         logits = self.target(tokens, positions, self.cache)                             # (B, k+1, V)
         # 5. Verify: accepted prefix per row and the recovered/bonus token.
         n_draft_t = torch.tensor(num_draft, device=dev)
-        num_accepted, next_token = self._verify(logits, draft, n_draft_t, batch.sampling)
-        # one host sync per step: accepted counts, next tokens and draft tokens together
-        host = torch.cat([num_accepted[:, None], next_token[:, None], draft.tokens.to(dev)], 1).tolist()
+        num_accepted, next_token, beta = self._verify(logits, draft, n_draft_t, batch.sampling)
+        # one host sync per step: accepted counts, next tokens, draft tokens and (for the
+        # adaptive policy, sampled rows) each draft's acceptance probability, together
+        host = torch.cat([num_accepted[:, None], next_token[:, None], draft.tokens.to(dev)], 1)
+        if beta is not None:
+            host = torch.cat([host.double(), beta.double()], 1)
+        host = host.tolist()
         # 6. Commit: advance caches, append tokens, check stop conditions.
-        accepted = [row[0] for row in host]
+        accepted = [int(row[0]) for row in host]
+        accept_prob = [row[2 + kk:] for row in host] if beta is not None else None
         for b, seq in enumerate(batch):
             n = accepted[b]
             self.cache.lengths[b] += 1 + n
-            seq.append(host[b][2:2 + n] + [host[b][1]])
+            seq.append([int(t) for t in host[b][2:2 + n]] + [int(host[b][1])])
             seq.stats.record(num_draft[b], n)
             self.metrics.record_row(num_draft[b], n)
             self.metrics.generated_tokens += len(seq.new_tokens)
         # 7. Let the proposer roll back and learn, and the policy update its estimates.
         self.proposer.observe(accepted)
         dt = time.perf_counter() - t0
-        self.policy.observe(batch, k, num_draft, accepted, dt)
+        self.policy.observe(batch, k, num_draft, accepted, dt, accept_prob)
         self.metrics.target_forwards += 1
         self.metrics.steps += 1
         self.metrics.step_time_s += dt
@@ -149,18 +154,26 @@ class Engine:
         return list(batch)
 
     def _verify(self, logits, draft: Draft, n_draft, sampling: BatchSampling):
+        """-> (num_accepted (B,), next_token (B,), beta (B, k) or None). beta, each draft's
+        acceptance probability, is computed for sampled batches when the policy learns from
+        it (greedy acceptance is already deterministic given the context)."""
+        tokens = draft.tokens.to(logits.device)
         if sampling.all_greedy:
-            return greedy_verify(logits, draft.tokens.to(logits.device), n_draft)
+            return (*greedy_verify(logits, tokens, n_draft), None)
         p = sampling.probs(logits)                                                      # (B, k+1, V)
-        kk = draft.tokens.shape[1]
+        kk = tokens.shape[1]
         u = sampling.uniforms(kk + 1)
-        n_acc, nxt = rejection_verify(p, draft.probs, draft.tokens.to(logits.device), n_draft,
-                                      u[:, :kk], u[:, kk])
+        n_acc, nxt = rejection_verify(p, draft.probs, tokens, n_draft, u[:, :kk], u[:, kk])
+        beta = (acceptance_probability(p, draft.probs, tokens)                          # (B, k)
+                if kk > 0 and getattr(self.policy, "learns_from_beta", False) else None)
         if sampling.any_greedy:
-            g_acc, g_nxt = greedy_verify(logits, draft.tokens.to(logits.device), n_draft)
+            g_acc, g_nxt = greedy_verify(logits, tokens, n_draft)
             n_acc = torch.where(sampling.greedy_mask, g_acc, n_acc)
             nxt = torch.where(sampling.greedy_mask, g_nxt, nxt)
-        return n_acc, nxt
+            if beta is not None:
+                match = (tokens == logits[:, :kk].argmax(-1)).to(beta.dtype)
+                beta = torch.where(sampling.greedy_mask[:, None], match, beta)
+        return n_acc, nxt, beta
 
     # ---- admission and retirement ------------------------------------------------------------
     def _admit(self) -> list[Sequence]:

@@ -109,6 +109,50 @@ def test_per_request_and_per_position_estimates():
     assert acc.row_means("y", 3)[0, 0] < 0.3 and acc.row_means("y", 3)[2, 2] < 0.3
 
 
+def test_acceptance_probabilities_replace_noisy_outcomes():
+    """Fed beta_j, the estimate follows the acceptance probability whatever the 0/1 outcomes
+    were; without it, the same unlucky outcomes drag the estimate down."""
+    rb, plain = AcceptanceTracker(4), AcceptanceTracker(4)
+    for acc in (rb, plain):
+        acc.start(0)
+    for _ in range(12):
+        m = 0                                              # an unlucky streak: rejected at once
+        rb.observe("x", [4], [m], k=4, accept_prob=[[0.7, 0.7, 0.7, 0.7]])
+        plain.observe("x", [4], [m], k=4)
+    assert abs(rb.row_means("x", 1)[0, 0] - 0.7) < 0.06
+    assert plain.row_means("x", 1)[0, 0] < 0.3
+    # positions past the first rejection are not counted; a draft that was not made fails
+    acc = AcceptanceTracker(4)
+    acc.start(0)
+    acc.observe("y", [1], [1], k=4, accept_prob=[[0.9, 0.0, 0.0, 0.0]])
+    s, f = acc.keys["y"]
+    assert np.allclose(s, [0.9, 0, 0, 0]) and np.allclose(f, [0.1, 1, 0, 0])
+
+
+def test_engine_reports_acceptance_probabilities_to_the_adaptive_policy(tiny_target, tiny_draft):
+    target, draft = tiny_target, tiny_draft
+    seen = []
+
+    class Spy(AdaptiveK):
+        def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None):
+            seen.append((k, len(batch), accept_prob))
+            super().observe(batch, k, num_draft, accepted, dt, accept_prob)
+
+    spec = SpecConfig(method="draft", k="auto", k_max=4)
+    cost = CostModel.from_function(lambda b, q, L: 0.010 + 0.0002 * b * q,     # its own: the engine
+                                   {"draft:draft": lambda b, L: 0.0005}, k_max=4)  # attaches a timer
+    eng = Engine(target, spec, EngineConfig(max_batch=2, max_model_len=128), draft=draft, cost_model=cost)
+    eng.policy = Spy(spec, eng.proposer, target, cost, draft)
+    for prompt in random_prompts(2, seed=3):
+        eng.add_request(prompt, SamplingParams(temperature=1.0, seed=1, max_new_tokens=12))
+    while eng.has_unfinished():
+        eng.step()
+    drafted = [(k, b, ap) for k, b, ap in seen if k > 0]
+    assert drafted
+    for k, b, ap in drafted:
+        assert len(ap) == b and all(len(row) == k and all(0.0 <= x <= 1.0 for x in row) for row in ap)
+
+
 def test_overhead_fit_recovers_intercept_and_slope():
     fit = StepOverhead(K_MAX)
     for i in range(400):

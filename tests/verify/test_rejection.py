@@ -5,7 +5,7 @@ import torch
 from scipy.stats import chisquare
 
 from specdec.verify.greedy import greedy_verify
-from specdec.verify.rejection import rejection_verify
+from specdec.verify.rejection import acceptance_probability, rejection_verify
 
 V = 6
 N = 40000
@@ -52,8 +52,12 @@ def test_single_step_output_is_distributed_as_p(name):
     assert counts[~support].sum() == 0, "emitted a token outside p's support"
     stat, pval = chisquare(counts[support], expected[support])
     assert pval > 1e-3, (name, counts, expected, pval)
-    # acceptance rate equals sum(min(p, q)) (one-hot q: p(x) of the fixed token)
+    # acceptance rate equals sum(min(p, q)) (one-hot q: p(x) of the fixed token), which is
+    # what acceptance_probability reports for every round
     beta = (torch.minimum(p, q).sum() if q is not None else p[2]).item()
+    draft = torch.full((1, 1), 2, dtype=torch.long)
+    reported = acceptance_probability(p[None, None], None if q is None else q[None, None], draft)
+    assert reported.shape == (1, 1) and abs(reported.item() - beta) < 1e-6
     se = (beta * (1 - beta) / N) ** 0.5
     assert abs(n_acc.float().mean().item() - beta) < 5 * se + 1e-9
 
