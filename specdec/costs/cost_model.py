@@ -60,6 +60,8 @@ class CostModel:
         self._round_timer = None
         self._remeasure = False
         self._rounds_done: set[tuple[str, int]] = set()
+        self._curve_memo: dict[tuple, tuple] = {}
+        self._version = 0                           # bumped by every measurement
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -153,7 +155,23 @@ class CostModel:
               sampled: bool = False) -> tuple[list[float], list[float]]:
         """A round's modelled seconds for k = 0..k_max as (base, slope): k drafts from proposer
         `key` then one verify forward cost base[k] + slope[k] * (L - l_ref) at cache length L
-        (t_round(key, b, k, L, sampled) for every k in one call)."""
+        (t_round(key, b, k, L, sampled) for every k in one call). Memoized until something new
+        is measured: a closed batch's tail visits every batch size below its own, and each
+        curve costs a few milliseconds to build."""
+        memo_key = (key, b, k_max, sampled)
+        state = self._state()
+        if self._curve_memo.get(memo_key, (None,))[0] == state:
+            return self._curve_memo[memo_key][1]
+        out = self._curve(key, b, k_max, sampled)
+        self._curve_memo[memo_key] = (state, out)
+        return out
+
+    def _state(self) -> tuple:
+        """Changes whenever a point is measured or added (memo validity)."""
+        sizes = [len(self.target.points)] + [len(d.points) for d in self.drafts.values()]
+        return (self._version, *sizes, *(len(r.points) for r in self.rounds.values()))
+
+    def _curve(self, key, b, k_max, sampled):
         p, d = self.target, self.drafts.get(key) if key else None
         dl = p.l_long - p.l_ref
         td = d.t(b, 1) if d is not None and d.points else 0.0
@@ -236,6 +254,7 @@ class CostModel:
         for r, ks in todo.items():
             if ks:
                 table.points.update({(r, k): tl for k, tl in self._time_rounds(key, r, ks, sampled).items()})
+        self._version += 1
         save_table(table, self._rounds_path(mode), self._rounds_identity(mode), cache.contended())
         return True
 
@@ -285,6 +304,7 @@ class CostModel:
         return [(s, pt) for s, pt in out if pt not in s.profile.points]
 
     def _measure(self, todo: list[tuple[Source, Point]]) -> None:
+        self._version += 1
         for s in {id(s): s for s, _ in todo}.values():
             s.profile.measure([pt for ss, pt in todo if ss is s], s.model, s.num_layers, **self._timing)
             s.save()

@@ -114,6 +114,18 @@ def test_curve_matches_the_pointwise_model():
         assert base[k] + slope[k] * (L - 128) == pytest.approx(want)
 
 
+def test_curve_is_memoized_until_something_new_is_measured():
+    f = lambda b, q, L: 0.004 + 0.0001 * b * q
+    cm = CostModel.from_function(f, {"d": lambda b, L: 0.001}, k_max=4, batch_sizes=[1, 8])
+    first = cm.curve("d", 4, k_max=4)
+    assert cm.curve("d", 4, k_max=4) is first                   # a hit: the same object
+    for q in range(1, 6):                                       # a new row changes the model
+        for L in (cm.target.l_ref, cm.target.l_long):
+            cm.target.points[(L, 4, q)] = 0.5
+    again = cm.curve("d", 4, k_max=4)
+    assert again is not first and again[0][0] > first[0][0]
+
+
 def test_noisy_rows_are_made_monotone():
     p = profiling.ModelProfile(128, 512, {(128, 4, 1): 3.0, (128, 4, 2): 1.0, (128, 4, 3): 2.0,
                                           (128, 8, 1): 1.0, (128, 8, 3): 1.0})
