@@ -1,7 +1,7 @@
 """`k="auto"`: each round, draft the k that maximises expected tokens per second.
 
     k* = argmax_{k in 0..k_max}  sum_rows E[tokens | a_row, k]  /  T(b, k)
-    T(b, k) = t_round(b, k, L, mode) + drift(b, k)
+    T(b, k) = t_round(b, k, L, mode) * (1 + drift(b, k))
 
 - E[tokens | a, k] comes from per-position Beta posteriors per request and per proposer
   (acceptance.py), capped by each request's remaining max_new_tokens.
@@ -9,10 +9,13 @@
   mode at its longest cache length L: real engine steps, timed by engine/calibrate.py.
   `ensure(b)` / `ensure_rounds(b, ...)` measure a batch size on its first use (cached on
   disk, so once per machine).
-- drift(b, k) = a_b + c_b * k is what the step still costs beyond the cost model now (a
-  machine slower than when it was measured, real text rather than synthetic prompts): a
-  ridge least-squares fit of the measured step time's residual, exponentially weighted
-  per batch size. Steps that are not typical of a k are left out of the fit: those that
+- drift(b, k) = a_b + c_b * k is the fraction by which a step now costs more than the cost
+  model says (a machine slower than when it was measured, real text rather than synthetic
+  prompts): a ridge least-squares fit of the measured step time's relative residual,
+  exponentially weighted per batch size. Relative, because a machine's slow spell scales
+  every k alike: the batch mostly runs one k, and the ridge then puts its residual into
+  a_b, which keeps the ratios between the k as measured (an additive intercept would
+  shrink them and push the policy toward longer drafts). Steps that are not typical of a k are left out of the fit: those that
   measured the cost model, ran a (b, k) shape for the first time (kernel set-up) or
   resumed drafting after k = 0 (the draft model catches up). Prefill never enters: the
   engine admits requests in steps of their own, which call no policy.
@@ -38,7 +41,8 @@ FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind the intercept (and,
 
 
 class StepOverhead:
-    """residual(b, k) ~ a_b + c_b * k, fitted online by exponentially weighted ridge regression."""
+    """residual(b, k) ~ a_b + c_b * k, fitted online by exponentially weighted ridge regression
+    (AdaptiveK feeds it relative residuals, dt / predicted - 1)."""
 
     def __init__(self, k_max: int):
         self.ridge_c = FIT_RIDGE * max(1.0, k_max / 2) ** 2
@@ -108,8 +112,7 @@ class AdaptiveK:
         tokens = self.acc.expected_tokens(key, remaining)                          # (k_max+1,)
         ks = np.arange(self.k_max + 1)
         self._pred = self.step_times(b, L, key, sampled)
-        times = self._pred + self.overhead.predict(b, ks)
-        times = np.maximum(times, 0.5 * self._pred)                   # a bad fit never zeroes cost
+        times = self._pred * np.maximum(1.0 + self.overhead.predict(b, ks), 0.5)   # never below half
         rate = tokens / times
         k = int(np.argmax(rate))                                      # ties go to the smaller k
         self.last_choice = {"b": b, "L": L, "tokens": tokens.tolist(), "times": times.tolist(), "k": k}
@@ -136,7 +139,7 @@ class AdaptiveK:
         typical = shape in self._seen and not (k > 0 and self._prev_k == 0)
         if self._pred is not None and typical and not self._skip_fit:
             pred = float(self._pred[k])
-            self.overhead.observe(len(batch), k, float(np.clip(dt - pred, -0.5 * pred, pred)))
+            self.overhead.observe(len(batch), k, float(np.clip(dt / pred - 1.0, -0.5, 1.0)))
         self._seen.add(shape)
         self._prev_k = k
         self._skip_fit = False
