@@ -1,12 +1,13 @@
 """Adaptive k against plain decoding, fixed k and the +2/-1 heuristic, on the default pair.
 
-    python benchmarks/adaptive.py --out results/adaptive          # the full run (~20-30 min)
+    python benchmarks/adaptive.py --out results/adaptive          # the full run (~30 min)
     python benchmarks/adaptive.py --out /tmp/adaptive --quick     # smoke run (~1-2 min)
 
 Regimes: workloads code (held-out), prose and random tokens, all sampled at temperature 1,
 times concurrent batch sizes 1, 4, 16 and 64 (batch b = b requests with max_batch b; batch 1
-runs 4 requests one after another). Every request generates exactly --max-new-tokens
-(ignore_eos), so every configuration produces the same number of tokens.
+runs 8 requests one after another, so that a run holds more text than batch 4's). Every
+request generates exactly --max-new-tokens (ignore_eos), so every configuration produces
+the same number of tokens.
 
 Per regime and configuration: decode tokens/s, medians over --repeats runs. In each repeat
 all seven configurations decode the same prompts in lockstep (analysis/measure.py:
@@ -50,7 +51,7 @@ def spec_for(cfg: str, k_max: int) -> SpecConfig:
 
 
 def run_regime(models, workload: str, batch: int, args, cost) -> dict:
-    n = max(batch, 4) if batch == 1 else batch
+    n = 8 if batch == 1 else batch
     prompts = load_workload(workload, models.tokenizer, n=n, prompt_tokens=args.prompt_tokens,
                             seed=args.seed)
     names = list(CONFIGS)
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16, 64])
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--prompt-tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--k-max", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)

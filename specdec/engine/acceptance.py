@@ -101,29 +101,34 @@ class AcceptanceTracker:
         reached counts beta_j successes and 1 - beta_j failures instead of the 0/1 outcome:
         the same expectation, much less noise at temperature > 0 (Rao-Blackwell)."""
         gs, gf = self._key(key)
-        asked = [k if k is not None else nd for nd in num_draft]
-        if not any(a > 0 for a in asked):
-            self.idle(key, len(num_draft))
+        nd = np.asarray(num_draft, dtype=np.int64)                               # (B,)
+        want = np.full_like(nd, k) if k is not None else nd                      # asked per row
+        if not (want > 0).any():
+            self.idle(key, len(nd))
             return
+        B, K = len(nd), self.k_max
+        m = np.asarray(accepted, dtype=np.int64)
+        active = want > 0
+        reached = np.minimum(np.minimum(m + 1, want), K)                         # positions 1..m+1 decided
+        pos = np.arange(K)[None]                                                 # (1, K)
+        seen = (pos < reached[:, None]) & active[:, None]                        # (B, K)
+        if accept_prob is None:
+            hit = (pos < m[:, None]).astype(float)
+        else:                                                                    # beyond the drafts made: a failure
+            beta = np.zeros((B, K))
+            width = min(K, len(accept_prob[0]) if B else 0)
+            if width:
+                beta[:, :width] = np.asarray(accept_prob, dtype=float)[:, :width]
+            hit = np.where(pos < np.minimum(nd, reached)[:, None], beta, 0.0)
+        hit = np.where(seen, hit, 0.0)
+        miss = seen - hit
         gs *= PROPOSER_DECAY
         gf *= PROPOSER_DECAY
-        for b, (want, nd, m) in enumerate(zip(asked, num_draft, accepted)):
-            if want <= 0:
-                continue
-            self.rows_s[b] *= ROW_DECAY
-            self.rows_f[b] *= ROW_DECAY
-            reached = min(m + 1, want, self.k_max)           # positions 1..m+1 were decided
-            if accept_prob is None:
-                hit = np.zeros(reached)
-                hit[:min(m, reached)] = 1.0
-            else:
-                hit = np.zeros(reached)                      # beyond the drafts made: a failure
-                made = min(nd, reached)
-                hit[:made] = accept_prob[b][:made]
-            self.rows_s[b, :reached] += hit
-            self.rows_f[b, :reached] += 1.0 - hit
-            gs[:reached] += hit
-            gf[:reached] += 1.0 - hit
+        decay = np.where(active, ROW_DECAY, 1.0)[:, None]
+        self.rows_s[:B] = self.rows_s[:B] * decay + hit
+        self.rows_f[:B] = self.rows_f[:B] * decay + miss
+        gs += hit.sum(0)
+        gf += miss.sum(0)
 
     def idle(self, key: str, n: int) -> None:
         """A round without drafting: let the evidence relax toward the prior."""
