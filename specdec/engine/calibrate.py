@@ -37,23 +37,28 @@ def synthetic_prompts(vocab: int, b: int, length: int, seed: int = 0) -> list[li
 
 
 def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warmup: int = 2,
-                steps: int = 8):
+                steps: int = 8, budget_s: float = 2.0, max_steps: int = 32):
     """A timer for `CostModel.attach_round_timer`: real engine steps at (b, k), in seconds.
 
     One scratch engine per k, stepped in turn (each pass starting one k later), so that a
     slow spell of a shared machine lands on every k alike rather than on whichever k it
-    hit. Each k's time is the mean of its middle half of steps (robust to the odd slow one)."""
+    hit. Each k's time is the mean of its middle half of steps (robust to the odd slow one).
+    At least `steps` passes; more, up to `max_steps`, while the passes after warm-up have
+    taken less than `budget_s`: small batches, whose steps are cheap and whose relative
+    noise is largest, get more samples for the same time."""
     def timer(key: str, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
         from .engine import Engine                     # engine.py -> policy -> adaptive -> here
         method = key.split(":")[0]
         # fit the longest draft's tokens into the model's context, shortening the prompt first
         ctx = target.config.max_position_embeddings - 1
-        n_steps = max(1, min(steps, (ctx - PERIOD) // (max(ks) + 1) - warmup - 1))
-        plen = max(PERIOD, min(prompt_len, ctx - (warmup + n_steps + 1) * (max(ks) + 1)))
+        room = (ctx - PERIOD) // (max(ks) + 1) - warmup - 1
+        n_steps = max(1, min(steps, room))
+        n_max = max(n_steps, min(max_steps, room))
+        plen = max(PERIOD, min(prompt_len, ctx - (warmup + n_max + 1) * (max(ks) + 1)))
         engines = {}
         for k in ks:
             cfg = SpecConfig(method=method if k else "none", k=k, k_max=max(k, 1), options=spec.options)
-            new = (warmup + n_steps + 1) * (k + 1)
+            new = (warmup + n_max + 1) * (k + 1)
             eng = Engine(target, cfg, EngineConfig(max_batch=b, max_model_len=plen + new + 1,
                                                    device=target.device.type), draft=draft)
             for i, p in enumerate(synthetic_prompts(target.config.vocab_size, b, plen)):
@@ -64,7 +69,12 @@ def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warm
         times: dict[int, list[float]] = {k: [] for k in ks}
         lens: dict[int, list[int]] = {k: [] for k in ks}
         order = list(engines)
-        for i in range(warmup + n_steps):
+        t_start = None
+        for i in range(warmup + n_max):
+            if i == warmup:
+                t_start = time.perf_counter()
+            elif i >= warmup + n_steps and time.perf_counter() - t_start > budget_s:
+                break
             for k in order[i % len(order):] + order[:i % len(order)]:
                 eng = engines[k]
                 L = max(eng.cache.lengths[:len(eng.running)], default=plen)

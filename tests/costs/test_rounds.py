@@ -108,12 +108,17 @@ def test_synthetic_prompts_repeat_a_segment():
 
 def test_round_timer_steps_real_engines(tiny_target, tiny_draft):
     timer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=20,
-                        warmup=1, steps=3)
+                        warmup=1, steps=3, budget_s=0.0)
     out = timer("draft:draft", 2, [0, 1, 3], False)
     assert sorted(out) == [0, 1, 3]
     assert all(t > 0 for t, _L in out.values())
     assert all(20 <= L <= 20 + 5 * 4 for _t, L in out.values())       # the cache grows as it decodes
     assert sorted(timer("draft:draft", 1, [0, 2], True)) == [0, 2]
+    # with time to spare, more passes (up to max_steps): the cache grows further
+    longer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=20,
+                         warmup=1, steps=3, budget_s=60.0, max_steps=9)
+    more = longer("draft:draft", 2, [0, 1, 3], False)
+    assert all(more[k][1] > out[k][1] for k in out)
 
 
 def test_implausible_rows_are_timed_again(cache, tiny_target, tiny_draft):
