@@ -4,7 +4,8 @@ a_j = P(draft j accepted | drafts 1..j-1 accepted). A round that drafts n tokens
 m accepted is m successes at positions 1..m and, if m < n, one failure at position m+1;
 later positions are not observed. In sampled rounds the engine also reports beta_j, the
 probability with which each draft was accepted given its context; a reached position then
-counts beta_j successes and 1 - beta_j failures (unbiased, far less noisy than 0/1). Under independent Beta posteriors,
+counts beta_j successes and 1 - beta_j failures (unbiased, far less noisy than 0/1).
+Under independent Beta posteriors,
 
     P(A >= i) = prod_{j<=i} E[a_j]            (exact: the mean of a product of independents)
     E[min(1 + A, r) | k] = sum_{i=0}^{min(k, r-1)} P(A >= i)

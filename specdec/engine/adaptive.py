@@ -15,7 +15,8 @@
   exponentially weighted per batch size. Relative, because a machine's slow spell scales
   every k alike: the batch mostly runs one k, and the ridge then puts its residual into
   a_b, which keeps the ratios between the k as measured (an additive intercept would
-  shrink them and push the policy toward longer drafts). Steps that are not typical of a k are left out of the fit: those that
+  shrink them and push the policy toward longer drafts). Steps that are not typical of a k
+  are left out of the fit: those that
   measured the cost model, ran a (b, k) shape for the first time (kernel set-up) or
   resumed drafting after k = 0 (the draft model catches up). Prefill never enters: the
   engine admits requests in steps of their own, which call no policy.
