@@ -47,6 +47,7 @@ class AcceptanceTracker:
         self.rows_s = np.zeros((0, k_max))          # (R, k_max) decayed successes per position
         self.rows_f = np.zeros((0, k_max))          # (R, k_max) decayed failures
         self.keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._pos = np.arange(k_max + 1)[None]      # (1, k_max+1) draft positions 0..k_max
 
     # ---- rows follow the engine's batch --------------------------------------------------
     def start(self, row: int) -> None:
@@ -69,11 +70,11 @@ class AcceptanceTracker:
     def proposer_means(self, key: str) -> np.ndarray:
         """(k_max,) E[a_j] at the proposer level."""
         s, f = self._key(key)
-        out, m = np.empty(self.k_max), PRIOR_MEAN
-        for j in range(self.k_max):
-            m = (PRIOR_N * m + s[j]) / (PRIOR_N + s[j] + f[j])
-            out[j] = m
-        return out
+        out, m = [], PRIOR_MEAN
+        for sj, fj in zip(s.tolist(), f.tolist()):       # floats: a short chain, every step
+            m = (PRIOR_N * m + sj) / (PRIOR_N + sj + fj)
+            out.append(m)
+        return np.array(out)
 
     def row_means(self, key: str, n: int) -> np.ndarray:
         """(n, k_max) E[a_j] for rows [0, n)."""
@@ -85,9 +86,10 @@ class AcceptanceTracker:
         """(k_max + 1,) sum over rows of E[tokens emitted this round] for k = 0..k_max."""
         n = len(remaining)
         a = self.row_means(key, n)                                               # (n, k_max)
-        p = np.concatenate([np.ones((n, 1)), np.cumprod(a, axis=1)], axis=1)     # (n, k_max+1)
+        p = np.ones((n, self.k_max + 1))
+        np.cumprod(a, axis=1, out=p[:, 1:])                                      # (n, k_max+1)
         r = np.asarray(remaining)[:, None]
-        p = np.where(np.arange(self.k_max + 1)[None] <= r - 1, p, 0.0)          # cap at r tokens
+        p[self._pos >= r] = 0.0                                                  # cap at r tokens
         return np.cumsum(p, axis=1).sum(axis=0)
 
     # ---- updates ------------------------------------------------------------------------------
@@ -101,12 +103,12 @@ class AcceptanceTracker:
         context; verify.rejection.acceptance_probability), each position verification
         reached counts beta_j successes and 1 - beta_j failures instead of the 0/1 outcome:
         the same expectation, much less noise at temperature > 0 (Rao-Blackwell)."""
+        if k == 0 or (k is None and not any(num_draft)):
+            self.idle(key, len(num_draft))
+            return
         gs, gf = self._key(key)
         nd = np.asarray(num_draft, dtype=np.int64)                               # (B,)
         want = np.full_like(nd, k) if k is not None else nd                      # asked per row
-        if not (want > 0).any():
-            self.idle(key, len(nd))
-            return
         B, K = len(nd), self.k_max
         m = np.asarray(accepted, dtype=np.int64)
         active = want > 0

@@ -43,24 +43,30 @@ FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind the intercept (and,
 
 class StepOverhead:
     """residual(b, k) ~ a_b + c_b * k, fitted online by exponentially weighted ridge regression
-    (AdaptiveK feeds it relative residuals, dt / predicted - 1)."""
+    (AdaptiveK feeds it relative residuals, dt / predicted - 1). Plain floats, closed-form
+    2x2 solve: it runs every step, where numpy's per-call overhead would show."""
 
     def __init__(self, k_max: int):
         self.ridge_c = FIT_RIDGE * max(1.0, k_max / 2) ** 2
-        self.sums: dict[int, np.ndarray] = {}      # b -> [n, Sk, Skk, Sr, Skr]
+        self.sums: dict[int, list[float]] = {}     # b -> [n, Sk, Skk, Sr, Skr]
 
     def observe(self, b: int, k: int, residual: float) -> None:
-        s = self.sums.setdefault(b, np.zeros(5))
-        s *= FIT_DECAY
-        s += (1.0, k, k * k, residual, k * residual)
+        n, sk, skk, sr, skr = self.sums.get(b, (0.0, 0.0, 0.0, 0.0, 0.0))
+        d = FIT_DECAY
+        self.sums[b] = [d * n + 1.0, d * sk + k, d * skk + k * k, d * sr + residual, d * skr + k * residual]
 
-    def predict(self, b: int, ks: np.ndarray) -> np.ndarray:
+    def coefficients(self, b: int) -> tuple[float, float]:
+        """(a_b, c_b); (0, 0) before batch size b has been observed."""
         s = self.sums.get(b)
         if s is None:
-            return np.zeros(len(ks))
+            return 0.0, 0.0
         n, sk, skk, sr, skr = s
-        A = np.array([[n + FIT_RIDGE, sk], [sk, skk + self.ridge_c]])
-        a, c = np.linalg.solve(A, np.array([sr, skr]))
+        a11, a12, a22 = n + FIT_RIDGE, sk, skk + self.ridge_c
+        det = a11 * a22 - a12 * a12                    # > 0: both diagonals carry a ridge
+        return (a22 * sr - a12 * skr) / det, (a11 * skr - a12 * sr) / det
+
+    def predict(self, b: int, ks: np.ndarray) -> np.ndarray:
+        a, c = self.coefficients(b)
         return a + c * ks
 
 
@@ -140,7 +146,7 @@ class AdaptiveK:
         typical = shape in self._seen and not (k > 0 and self._prev_k == 0)
         if self._pred is not None and typical and not self._skip_fit:
             pred = float(self._pred[k])
-            self.overhead.observe(len(batch), k, float(np.clip(dt / pred - 1.0, -0.5, 1.0)))
+            self.overhead.observe(len(batch), k, min(max(dt / pred - 1.0, -0.5), 1.0))
         self._seen.add(shape)
         self._prev_k = k
         self._skip_fit = False
