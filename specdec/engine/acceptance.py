@@ -133,6 +133,25 @@ class AcceptanceTracker:
         gs += hit.sum(0)
         gf += miss.sum(0)
 
+    def observe_position(self, key: str, position: int, beta: list[float]) -> None:
+        """Row b's acceptance probability at draft `position` (1-based), reached but not
+        drafted (engine/lookahead.py); NaN where a row has none. No decay: the round it
+        belongs to has already been counted."""
+        j = position - 1
+        if j >= self.k_max:
+            return
+        x = np.asarray(beta, dtype=float)                                        # (B,)
+        seen = ~np.isnan(x)
+        if not seen.any():
+            return
+        hit = np.where(seen, x, 0.0)
+        gs, gf = self._key(key)
+        B = len(x)
+        self.rows_s[:B, j] += hit
+        self.rows_f[:B, j] += seen - hit
+        gs[j] += hit.sum()
+        gf[j] += (seen - hit).sum()
+
     def idle(self, key: str, n: int) -> None:
         """A round without drafting: let the evidence relax toward the prior."""
         gs, gf = self._key(key)

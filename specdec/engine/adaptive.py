@@ -138,10 +138,13 @@ class AdaptiveK:
     def move_row(self, src, dst):
         self.acc.move_row(src, dst)
 
-    def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None):
+    def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None, lookahead=None):
         if self.k_max == 0:
             return
-        self.acc.observe(self.proposer.cost_key(), list(num_draft), list(accepted), k, accept_prob)
+        key = self.proposer.cost_key()
+        if lookahead is not None:                   # the previous round's position k + 1
+            self.acc.observe_position(key, *lookahead)
+        self.acc.observe(key, list(num_draft), list(accepted), k, accept_prob)
         shape = (len(batch), k)
         typical = shape in self._seen and not (k > 0 and self._prev_k == 0)
         if self._pred is not None and typical and not self._skip_fit:

@@ -25,6 +25,7 @@ from ..proposers.base import Batch, Draft
 from ..verify.greedy import greedy_verify
 from ..verify.rejection import acceptance_probability, rejection_verify
 from ..verify.sampling import BatchSampling, sample
+from .lookahead import Lookahead
 from .metrics import EngineMetrics
 from .policy import make_policy
 from .sequence import Sequence, Status
@@ -45,6 +46,7 @@ class Engine:
             spec.method if spec.k != 0 else "none", target, spec,
             draft_model=draft, rows=config.max_batch, max_len=self.cache_len, cost_model=cost_model)
         self.policy = make_policy(spec, self.proposer, target, cost_model, draft)
+        self.lookahead = Lookahead() if getattr(self.policy, "learns_from_beta", False) else None
         self.eos_ids = target.config.eos_ids
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -107,6 +109,8 @@ class Engine:
         # 3. Propose up to k tokens per row.
         draft = self.proposer.propose(batch, k) if k > 0 else Draft(
             torch.zeros(B, 0, dtype=torch.long), lengths=[0] * B)
+        key = self.proposer.cost_key()
+        look = self.lookahead.betas(batch, draft, key, batch.sampling) if self.lookahead and k > 0 else None
         num_draft = draft.num_tokens()
         caps = self.policy.row_caps()
         if caps is not None:
@@ -121,16 +125,19 @@ class Engine:
         logits = self.target(tokens, positions, self.cache)                             # (B, k+1, V)
         # 5. Verify: accepted prefix per row and the recovered/bonus token.
         n_draft_t = torch.tensor(num_draft, device=dev)
-        num_accepted, next_token, beta = self._verify(logits, draft, n_draft_t, batch.sampling)
-        # one host sync per step: accepted counts, next tokens, draft tokens and (for the
-        # adaptive policy, sampled rows) each draft's acceptance probability, together
+        num_accepted, next_token, beta, p_bonus = self._verify(logits, draft, n_draft_t, batch.sampling)
+        # one host sync per step: accepted counts, next tokens, draft tokens and, for the
+        # adaptive policy, each draft's acceptance probability (sampled rows) and the one
+        # past last round's k (lookahead.py), together
         host = torch.cat([num_accepted[:, None], next_token[:, None], draft.tokens.to(dev)], 1)
-        if beta is not None:
-            host = torch.cat([host.double(), beta.double()], 1)
+        extra = ([beta] if beta is not None else []) + ([look[1][:, None]] if look else [])
+        if extra:
+            host = torch.cat([host.double()] + [x.double() for x in extra], 1)
         host = host.tolist()
         # 6. Commit: advance caches, append tokens, check stop conditions.
         accepted = [int(row[0]) for row in host]
-        accept_prob = [row[2 + kk:] for row in host] if beta is not None else None
+        accept_prob = [row[2 + kk:2 + 2 * kk] for row in host] if beta is not None else None
+        lookahead = (look[0], [row[-1] for row in host]) if look else None
         for b, seq in enumerate(batch):
             n = accepted[b]
             self.cache.lengths[b] += 1 + n
@@ -140,8 +147,10 @@ class Engine:
             self.metrics.generated_tokens += len(seq.new_tokens)
         # 7. Let the proposer roll back and learn, and the policy update its estimates.
         self.proposer.observe(accepted)
+        if self.lookahead:
+            self.lookahead.remember(batch, k, key, num_draft, accepted, p_bonus)
         dt = time.perf_counter() - t0
-        self.policy.observe(batch, k, num_draft, accepted, dt, accept_prob)
+        self.policy.observe(batch, k, num_draft, accepted, dt, accept_prob, lookahead)
         self.metrics.target_forwards += 1
         self.metrics.steps += 1
         self.metrics.step_time_s += dt
@@ -154,12 +163,13 @@ class Engine:
         return list(batch)
 
     def _verify(self, logits, draft: Draft, n_draft, sampling: BatchSampling):
-        """-> (num_accepted (B,), next_token (B,), beta (B, k) or None). beta, each draft's
-        acceptance probability, is computed for sampled batches when the policy learns from
-        it (greedy acceptance is already deterministic given the context)."""
+        """-> (num_accepted (B,), next_token (B,), beta (B, k) or None, p_bonus (B, V) or None).
+        beta, each draft's acceptance probability, is computed for sampled batches when the
+        policy learns from it (greedy acceptance is already deterministic given the context);
+        p_bonus is the target's distribution after the last draft (sampled batches)."""
         tokens = draft.tokens.to(logits.device)
         if sampling.all_greedy:
-            return (*greedy_verify(logits, tokens, n_draft), None)
+            return (*greedy_verify(logits, tokens, n_draft), None, None)
         p = sampling.probs(logits)                                                      # (B, k+1, V)
         kk = tokens.shape[1]
         u = sampling.uniforms(kk + 1)
@@ -173,7 +183,7 @@ class Engine:
             if beta is not None:
                 match = (tokens == logits[:, :kk].argmax(-1)).to(beta.dtype)
                 beta = torch.where(sampling.greedy_mask[:, None], match, beta)
-        return n_acc, nxt, beta
+        return n_acc, nxt, beta, p[:, kk]
 
     # ---- admission and retirement ------------------------------------------------------------
     def _admit(self) -> list[Sequence]:

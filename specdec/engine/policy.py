@@ -11,9 +11,10 @@ from ..config import SpecConfig
 
 class FixedK:
     """Policy interface: choose(batch) -> k; row_caps() -> per-row caps or None; start/finish/
-    move_row follow the engine's rows; observe(batch, k, num_draft, accepted, dt, accept_prob)
-    after each round, where accept_prob (B, k) host lists are the drafts' acceptance
-    probabilities (sampled rows) when `learns_from_beta` is set, else None."""
+    move_row follow the engine's rows; observe(batch, k, num_draft, accepted, dt, accept_prob,
+    lookahead) after each round. When `learns_from_beta` is set, accept_prob (B, k) host lists
+    are the drafts' acceptance probabilities (sampled rows) and lookahead, when not None, is
+    (position j, per-row beta_j or NaN) one past the previous round's k (lookahead.py)."""
     name = "fixed"
     learns_from_beta = False
 
@@ -29,7 +30,7 @@ class FixedK:
     def start(self, row, seq): ...
     def finish(self, row): ...
     def move_row(self, src, dst): ...
-    def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None): ...
+    def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None, lookahead=None): ...
 
 
 class HeuristicK(FixedK):
@@ -56,7 +57,7 @@ class HeuristicK(FixedK):
     def move_row(self, src, dst):
         self.rows[dst] = self.rows[src]
 
-    def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None):
+    def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None, lookahead=None):
         for b, (nd, n) in enumerate(zip(num_draft, accepted)):
             if nd > 0:
                 self.rows[b] = min(self.k_max, self.rows[b] + 2) if n == nd else max(1, self.rows[b] - 1)

@@ -66,9 +66,13 @@ class BatchSampling:
                       if any(p.top_p < 1 for p in params) else None)
         self.device = device
 
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits (B, T, V) -> filtered probabilities (B, T, V)."""
-        return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
+    def probs(self, logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """logits (B, T, V) -> filtered probabilities (B, T, V). With `rows` (n,) indices,
+        logits (n, T, V) belong to those rows of the batch and get their settings."""
+        if rows is None:
+            return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
+        pick = lambda t: None if t is None else t[rows]                                 # noqa: E731
+        return probs_from_logits(logits, self.temperature[rows], pick(self.top_k), pick(self.top_p))
 
     def uniforms(self, n: int) -> torch.Tensor:
         """(B, n) uniforms, each row from its own request's generator (greedy rows: zeros)."""

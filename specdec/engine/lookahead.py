@@ -1,0 +1,62 @@
+"""One acceptance probability past the drafted k, at no extra forward.
+
+When a round accepts all k of a row's drafts, verification has already computed the
+target's distribution for the next position, p_{k+1} (the bonus token's). In the next round
+the draft model catches up by feeding [d_k, bonus], and its output after d_k is q_{k+1}.
+Their overlap
+
+    beta_{k+1} = sum_x min(p_{k+1}(x), q_{k+1}(x))      (greedy rows: argmax q == bonus)
+
+is the probability that a (k+1)-th draft would have been accepted, given the same context
+as a real one: an observation at a position the policy did not draft. Without it, a policy
+that settles on k never sees position k+1, whose estimate then only inherits position k's.
+
+The engine calls `remember` after each round and `betas` after the next proposal; a row's
+observation is dropped if the request left, the round in between drafted nothing, or the
+proposer changed (auto may switch between a draft model and n-gram lookup).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..proposers.base import Draft
+from ..verify.sampling import BatchSampling
+
+
+class Lookahead:
+    def __init__(self):
+        self._pending: dict[int, int] = {}     # seq id -> its row in the previous round
+        self._p: torch.Tensor | None = None    # (B_prev, V) target probs at each bonus position
+        self._k, self._key = 0, None
+
+    def remember(self, batch, k: int, key: str, num_draft: list[int], accepted: list[int],
+                 p_bonus: torch.Tensor | None) -> None:
+        """After a round that drafted k (p_bonus: (B, V) the target's probabilities after the
+        k-th draft, None for an all-greedy batch): rows that accepted every draft wait for q."""
+        self._pending = {seq.id: b for b, seq in enumerate(batch)
+                         if k > 0 and num_draft[b] == k and accepted[b] == k}
+        self._p, self._k, self._key = p_bonus, k, key
+
+    def betas(self, batch, draft: Draft, key: str, sampling: BatchSampling) -> tuple[int, torch.Tensor] | None:
+        """-> (position, (B,) beta with NaN where nothing was observed), or None. `position`
+        is the previous round's k + 1 (1-based), the same for every row."""
+        pending, self._pending = self._pending, {}
+        logits = draft.lookahead_logits                                            # (B, V)
+        if not pending or logits is None or key != self._key:
+            return None
+        rows = [(b, pending[seq.id]) for b, seq in enumerate(batch) if seq.id in pending]
+        if not rows:
+            return None
+        dev = logits.device
+        now = torch.tensor([b for b, _ in rows], device=dev)                       # (n,)
+        then = torch.tensor([r for _, r in rows], device=dev)
+        lg = logits[now]                                                           # (n, V)
+        bonus = torch.tensor([batch[b].token_ids[-1] for b, _ in rows], device=dev)
+        beta = (lg.argmax(-1) == bonus).float()                                    # greedy rows
+        if self._p is not None and not sampling.all_greedy:
+            q = sampling.probs(lg[:, None], now)[:, 0]                             # (n, V)
+            overlap = torch.minimum(self._p[then], q).sum(-1).clamp_(0.0, 1.0)
+            beta = torch.where(sampling.greedy_mask[now], beta, overlap)
+        out = torch.full((len(batch),), float("nan"), device=dev)
+        out[now] = beta
+        return self._k + 1, out
