@@ -3,9 +3,8 @@
 A cell is (workload, k, batch, temperature). Cells sharing (workload, batch, temperature)
 form a block: the same prompts are decoded plainly and with every k, in groups of `batch`
 prompts, all in lockstep (`lockstep_runs`) so that drift in machine speed hits both sides
-alike. Throughput counts only decode steps:
-the first step (admission: prefill and the first token) is excluded, as it is the same
-work for both. The cell's speed-up pools its groups: total decode tokens per second with
+alike. Throughput counts only decode steps: admission steps (prefill and the first token)
+are excluded, as they are the same work for both. The cell's speed-up pools its groups: total decode tokens per second with
 speculation over the same without (each group's ratio is kept as well). Groups decode
 different prompts, whose acceptance differs, so pooling (rather than taking the median
 group) is what a prediction from the groups' own acceptance can be compared with.
@@ -73,8 +72,8 @@ def plan_cells(workloads, ks, batch_sizes, temperatures, full: bool = False,
 
 @dataclass
 class Run:
-    tok_s: float                       # decode tokens per second (first step excluded)
-    tokens: int                        # decode tokens (first step excluded)
+    tok_s: float                       # decode tokens per second (admission steps excluded)
+    tokens: int                        # decode tokens (admission steps excluded)
     decode_s: float                    # seconds of the decode steps
     step_s: float                      # median seconds per decode step
     outputs: list[list[int]]
@@ -91,7 +90,11 @@ def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params:
     The machine this runs on is shared: its speed drifts by tens of percent within seconds.
     Runs one after another would each catch a different spell; stepping every engine in
     turn, always the one least far through its tokens, spreads each run's steps evenly over
-    the same wall-clock window, so drift hits plain and speculative decoding alike."""
+    the same wall-clock window, so drift hits plain and speculative decoding alike.
+
+    Steps that only admit requests (prefill and their first tokens: identical work for every
+    spec) are neither timed nor counted, the first one as well as those of later waves when
+    there are more prompts than `max_batch`."""
     engines, seqs, times, n0 = {}, {}, {}, {}
     for name, spec in specs.items():
         eng = make_engine(models, spec, EngineConfig(max_batch=max_batch or len(prompts), max_model_len=max_len,
@@ -106,9 +109,14 @@ def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params:
         if not live:
             break
         name = min(live, key=lambda n: sum(s.num_output for s in seqs[n]) / total)
+        eng, before = engines[name], engines[name].metrics.steps
+        out_before = sum(s.num_output for s in seqs[name])
         t0 = time.perf_counter()
-        engines[name].step()
-        times[name].append(time.perf_counter() - t0)
+        eng.step()
+        if eng.metrics.steps == before:                       # an admission step: prefill
+            n0[name] += sum(s.num_output for s in seqs[name]) - out_before
+        else:
+            times[name].append(time.perf_counter() - t0)
     out = {}
     for name, eng in engines.items():
         eng.collect_finished()
