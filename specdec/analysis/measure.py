@@ -84,8 +84,8 @@ class Run:
 def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params: list[SamplingParams],
                   max_len: int, device: str = "cpu", max_batch: int | None = None, cost_model=None) -> dict:
     """Decode `prompts` once per spec ({name: SpecConfig}), `max_batch` (default: all) at a
-    time, stepping the engines in turn, and time every step after the first (which admits
-    the first batch). Returns {name: Run}. `cost_model` goes to engines with k="auto".
+    time, stepping the engines in turn, and time their decode steps (see below). Returns
+    {name: Run}. `cost_model` goes to engines with k="auto".
 
     The machine this runs on is shared: its speed drifts by tens of percent within seconds.
     Runs one after another would each catch a different spell; stepping every engine in

@@ -135,8 +135,8 @@ class AcceptanceTracker:
 
     def observe_position(self, key: str, position: int, beta: list[float]) -> None:
         """Row b's acceptance probability at draft `position` (1-based), reached but not
-        drafted (engine/lookahead.py); NaN where a row has none. No decay: the round it
-        belongs to has already been counted."""
+        drafted (engine/lookahead.py); NaN where a row has none. Added without decay: it
+        belongs to the previous round, and the current round's observe() decays it next."""
         j = position - 1
         if j >= self.k_max:
             return

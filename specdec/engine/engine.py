@@ -130,7 +130,7 @@ class Engine:
         # adaptive policy, each draft's acceptance probability (sampled rows) and the one
         # past last round's k (lookahead.py), together
         host = torch.cat([num_accepted[:, None], next_token[:, None], draft.tokens.to(dev)], 1)
-        extra = ([beta] if beta is not None else []) + ([look[1][:, None]] if look else [])
+        extra = ([beta] if beta is not None else []) + ([look[1][:, None].to(dev)] if look else [])
         if extra:
             host = torch.cat([host.double()] + [x.double() for x in extra], 1)
         host = host.tolist()

@@ -13,7 +13,8 @@ that settles on k never sees position k+1, whose estimate then only inherits pos
 
 The engine calls `remember` after each round and `betas` after the next proposal; a row's
 observation is dropped if the request left, the round in between drafted nothing, or the
-proposer changed (auto may switch between a draft model and n-gram lookup).
+proposer changed. Proposers without logits (n-gram, suffix, and auto, which merges drafts
+from several) give none.
 """
 from __future__ import annotations
 
@@ -25,17 +26,19 @@ from ..verify.sampling import BatchSampling
 
 class Lookahead:
     def __init__(self):
-        self._pending: dict[int, int] = {}     # seq id -> its row in the previous round
-        self._p: torch.Tensor | None = None    # (B_prev, V) target probs at each bonus position
+        self._pending: dict[int, int] = {}     # seq id -> its row of self._p
+        self._p: torch.Tensor | None = None    # (n, V) target probs at the pending rows' bonus
         self._k, self._key = 0, None
 
     def remember(self, batch, k: int, key: str, num_draft: list[int], accepted: list[int],
                  p_bonus: torch.Tensor | None) -> None:
         """After a round that drafted k (p_bonus: (B, V) the target's probabilities after the
         k-th draft, None for an all-greedy batch): rows that accepted every draft wait for q."""
-        self._pending = {seq.id: b for b, seq in enumerate(batch)
-                         if k > 0 and num_draft[b] == k and accepted[b] == k}
-        self._p, self._k, self._key = p_bonus, k, key
+        rows = [b for b in range(len(batch)) if k > 0 and num_draft[b] == k and accepted[b] == k]
+        self._pending = {batch[b].id: i for i, b in enumerate(rows)}
+        # a copy of those rows only: p_bonus is a view of the round's (B, k+1, V) probabilities
+        self._p = p_bonus[torch.tensor(rows, device=p_bonus.device)] if rows and p_bonus is not None else None
+        self._k, self._key = k, key
 
     def betas(self, batch, draft: Draft, key: str, sampling: BatchSampling) -> tuple[int, torch.Tensor] | None:
         """-> (position, (B,) beta with NaN where nothing was observed), or None. `position`
@@ -49,7 +52,7 @@ class Lookahead:
             return None
         dev = logits.device
         now = torch.tensor([b for b, _ in rows], device=dev)                       # (n,)
-        then = torch.tensor([r for _, r in rows], device=dev)
+        then = [r for _, r in rows]
         lg = logits[now]                                                           # (n, V)
         bonus = torch.tensor([batch[b].token_ids[-1] for b, _ in rows], device=dev)
         beta = (lg.argmax(-1) == bonus).float()                                    # greedy rows

@@ -41,7 +41,7 @@ class DraftModelProposer(BaseProposer):
     def propose(self, context: Batch, k: int) -> Draft:
         B, dev = len(context), self.model.device
         lens = self.cache.lengths
-        feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]          # 1-2 tokens each
+        feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]          # 1-2 (more after k = 0)
         self._committed = [len(seq.token_ids) for seq in context]
         T = max(len(f) for f in feeds)
         tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)
