@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     cost.attach_round_timer(round_timer(models.target, spec_for("adaptive", args.k_max), models.draft,
                                         prompt_len=args.prompt_tokens))
     for b in grid:
-        while cost.ensure_rounds(b, "draft:draft", sampled=True):
+        while cost.ensure_rounds(b, "draft:draft", sampled=True, everything=True):
             pass
     meta = {"target": str(target), "draft": str(draft), "threads": args.threads,
             "max_new_tokens": args.max_new_tokens, "prompt_tokens": args.prompt_tokens,

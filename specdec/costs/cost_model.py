@@ -233,8 +233,11 @@ class CostModel:
 
     def ensure_rounds(self, b: int, key: str | None, sampled: bool = False, everything: bool = False) -> bool:
         """Like `ensure`, for real rounds: k in {0, 1, k_max} at the rows around b at once, then
-        one interior k per call (all of them with `everything`). Cached on disk per proposer
-        and sampling mode. Returns whether anything was measured."""
+        one interior k per call, timed next to k = 0 and scaled by the row's k = 0 step over
+        the one timed with it, so that a row's points agree although they were timed minutes
+        apart. With `everything`, every k a row lacks in one timing, whose passes interleave
+        the k: the same spell of a shared machine then lands on all of them. Cached on disk
+        per proposer and sampling mode. Returns whether anything was measured."""
         if self._round_timer is None or not self._sources or not key or self.k_max < 1:
             return False                    # nothing to time with, or a synthetic cost model
         mode = _mode(key, sampled)
@@ -244,16 +247,25 @@ class CostModel:
         req, opt = round_ks(self.k_max)
         rows = self.bracket(b)
         todo = {r: [k for k in req if (r, k) not in table.points] for r in rows}
-        if not any(todo.values()):
-            todo = {r: [k for k in opt if (r, k) not in table.points] for r in rows}
-            if not everything:
-                todo = {r: ks[:1] for r, ks in todo.items()}
+        anchored = False
+        if everything:
+            todo = {r: [k for k in req + opt if (r, k) not in table.points] for r in rows}
+        elif not any(todo.values()):
+            todo = {r: [k for k in opt if (r, k) not in table.points][:1] for r in rows}
+            anchored = True
         if not any(todo.values()):
             self._rounds_done.add((mode, b))
             return False
         for r, ks in todo.items():
-            if ks:
-                table.points.update({(r, k): tl for k, tl in self._time_rounds(key, r, ks, sampled).items()})
+            if not ks:
+                continue
+            if anchored and (r, 0) in table.points:
+                got = self._time_rounds(key, r, [0] + ks, sampled)
+                scale = table.points[(r, 0)][0] / got.pop(0)[0]
+                got = {k: (t * scale, L) for k, (t, L) in got.items()}
+            else:
+                got = self._time_rounds(key, r, ks, sampled)
+            table.points.update({(r, k): tl for k, tl in got.items()})
         self._version += 1
         save_table(table, self._rounds_path(mode), self._rounds_identity(mode), cache.contended())
         return True

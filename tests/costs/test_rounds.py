@@ -84,12 +84,14 @@ def test_ensure_rounds_measures_lazily_and_caches(cache, tiny_target, tiny_draft
     assert calls == [("draft:draft", 1, (0, 1, 4), False)]
     assert cm.t_round("draft:draft", 1, 4, 64) == pytest.approx(0.02 + 0.012 + 0.001)   # the measured step
     assert cm.t_round("draft:draft", 1, 0, 64) == pytest.approx(0.02 + 0.001)
-    assert cm.ensure_rounds(1, "draft:draft") and calls[-1][2] == (2,)                    # then interior k
+    assert cm.ensure_rounds(1, "draft:draft") and calls[-1][2] == (0, 2)    # then interior k, next to k = 0
     while cm.ensure_rounds(1, "draft:draft"):
         pass
     assert sorted(cm.rounds["draft:draft|greedy"].ks(1)) == [0, 1, 2, 3, 4]
     assert cm.ensure_rounds(3, "draft:draft", sampled=True, everything=True)
-    assert {c[1] for c in calls if c[3]} == {2, 4}                                         # rows around b=3
+    sampled_calls = [c for c in calls if c[3]]
+    assert {c[1] for c in sampled_calls} == {2, 4}                                         # rows around b=3
+    assert all(sorted(c[2]) == [0, 1, 2, 3, 4] for c in sampled_calls)                     # each row at once
     assert not cm.ensure_rounds(1, None)
     # a second cost model for the same models finds the table on disk
     again = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
@@ -97,6 +99,23 @@ def test_ensure_rounds_measures_lazily_and_caches(cache, tiny_target, tiny_draft
     assert not again.ensure_rounds(1, "draft:draft")                 # everything is cached
     assert again.t_round("draft:draft", 1, 4, 64) == pytest.approx(0.033)
     assert "draft:draft|greedy" in again.table()["rounds"]
+
+
+def test_interior_k_is_scaled_to_the_rows_earlier_timing(cache, tiny_target, tiny_draft):
+    """An interior k timed later, on a machine running 30% slower, is brought back to the
+    speed at which the row's other points were timed, via the k = 0 step timed with it."""
+    speed = [1.0]
+
+    def timer(key, b, ks, sampled):
+        return {k: ((0.02 + 0.003 * k) * speed[0], 64.0) for k in ks}
+
+    cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
+    cm.attach_round_timer(timer)
+    assert cm.ensure_rounds(1, "draft:draft")                   # k = 0, 1, 4 at speed 1
+    speed[0] = 1.3
+    assert cm.ensure_rounds(1, "draft:draft")                   # k = 2, in a slow spell
+    points = cm.rounds["draft:draft|greedy"].points
+    assert points[(1, 2)][0] == pytest.approx(0.026) and points[(1, 0)][0] == pytest.approx(0.02)
 
 
 def test_synthetic_prompts_repeat_a_segment():
