@@ -140,17 +140,15 @@ class AcceptanceTracker:
         j = position - 1
         if j >= self.k_max:
             return
-        x = np.asarray(beta, dtype=float)                                        # (B,)
-        seen = ~np.isnan(x)
-        if not seen.any():
+        seen = [(b, x) for b, x in enumerate(beta) if x == x]                    # a few rows
+        if not seen:
             return
-        hit = np.where(seen, x, 0.0)
         gs, gf = self._key(key)
-        B = len(x)
-        self.rows_s[:B, j] += hit
-        self.rows_f[:B, j] += seen - hit
-        gs[j] += hit.sum()
-        gf[j] += (seen - hit).sum()
+        for b, x in seen:
+            self.rows_s[b, j] += x
+            self.rows_f[b, j] += 1.0 - x
+            gs[j] += x
+            gf[j] += 1.0 - x
 
     def idle(self, key: str, n: int) -> None:
         """A round without drafting: let the evidence relax toward the prior."""

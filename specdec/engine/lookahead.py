@@ -15,6 +15,11 @@ The engine calls `remember` after each round and `betas` after the next proposal
 observation is dropped if the request left, the round in between drafted nothing, or the
 proposer changed. Proposers without logits (n-gram, suffix, and auto, which merges drafts
 from several) give none.
+
+At most ROWS rows are observed per round, taking turns across the batch: each costs a
+softmax over the vocabulary and a copy of the target's probabilities, work that at batch 64
+came to several percent of a step, while a few observations a round are plenty for one
+position's estimate.
 """
 from __future__ import annotations
 
@@ -23,18 +28,25 @@ import torch
 from ..proposers.base import Draft
 from ..verify.sampling import BatchSampling
 
+ROWS = 4            # rows observed per round at most
+
 
 class Lookahead:
     def __init__(self):
         self._pending: dict[int, int] = {}     # seq id -> its row of self._p
         self._p: torch.Tensor | None = None    # (n, V) target probs at the pending rows' bonus
         self._k, self._key = 0, None
+        self._turn = 0                         # where the next round starts picking rows
 
     def remember(self, batch, k: int, key: str, num_draft: list[int], accepted: list[int],
                  p_bonus: torch.Tensor | None) -> None:
         """After a round that drafted k (p_bonus: (B, V) the target's probabilities after the
         k-th draft, None for an all-greedy batch): rows that accepted every draft wait for q."""
         rows = [b for b in range(len(batch)) if k > 0 and num_draft[b] == k and accepted[b] == k]
+        if len(rows) > ROWS:                   # take turns: ROWS of them, from where we stopped
+            start = self._turn % len(rows)
+            rows = sorted((rows[start:] + rows[:start])[:ROWS])
+            self._turn += ROWS
         self._pending = {batch[b].id: i for i, b in enumerate(rows)}
         # a copy of those rows only: p_bonus is a view of the round's (B, k+1, V) probabilities
         self._p = p_bonus[torch.tensor(rows, device=p_bonus.device)] if rows and p_bonus is not None else None
