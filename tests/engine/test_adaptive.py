@@ -57,6 +57,20 @@ def test_zero_acceptance_stops_drafting():
     assert ks[-10:].count(0) >= 9       # ... and learns that it does not pay (a rare probe aside)
 
 
+def test_plain_decoding_reevaluates_every_few_rounds_and_at_once_when_the_batch_changes():
+    from specdec.engine.adaptive import IDLE_RECHECK
+    pol, batch = make_policy(MEMORY_BOUND)
+    run(pol, batch, lambda k: 0, 30)                         # settled on k = 0
+    calls = []
+    inner = pol.acc.expected_tokens
+    pol.acc.expected_tokens = lambda *a: calls.append(1) or inner(*a)
+    ks = run(pol, batch, lambda k: 0, 8 * IDLE_RECHECK)
+    assert ks.count(0) >= len(ks) - 2 and len(calls) <= 8 + 2  # one evaluation per IDLE_RECHECK rounds
+    calls.clear()
+    pol.choose(batch[:-1])                                   # a request left: evaluate now
+    assert calls
+
+
 def test_compute_bound_never_drafts_even_when_everything_is_accepted():
     pol, batch = make_policy(COMPUTE_BOUND, n=16)
     ks = run(pol, batch, lambda k: k, 30)
