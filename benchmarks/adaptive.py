@@ -55,6 +55,21 @@ def spec_for(cfg: str, k_max: int) -> SpecConfig:
 REQUESTS = {1: 12, 4: 16}      # requests per run by batch size (default: the batch size)
 
 
+def calibrated_cost(models, batch_sizes: list[int], k_max: int, prompt_tokens: int, threads: int,
+                    remeasure: bool = False) -> CostModel:
+    """The default pair's cost model with forwards and whole sampled rounds at every batch size
+    in `batch_sizes`, measured before anything is timed (the engine would otherwise time them
+    on first use, inside the measured window); cached on disk."""
+    cost = CostModel.load_or_measure(models.target, models.draft, threads=threads, quick=False,
+                                     k_max=k_max, batch_sizes=batch_sizes, remeasure=remeasure)
+    cost.attach_round_timer(round_timer(models.target, spec_for("adaptive", k_max), models.draft,
+                                        prompt_len=prompt_tokens))
+    for b in batch_sizes:
+        while cost.ensure_rounds(b, "draft:draft", sampled=True, everything=True):
+            pass
+    return cost
+
+
 def run_regime(models, workload: str, batch: int, args, cost) -> dict:
     n = REQUESTS.get(batch, batch)
     prompts = load_workload(workload, models.tokenizer, n=n, prompt_tokens=args.prompt_tokens,
@@ -132,15 +147,7 @@ def main(argv=None) -> int:
     models = load_models(target, draft, threads=args.threads)
     t0 = time.perf_counter()
     grid = sorted({1, 2, 4, 8, 16, 32, 64, *args.batch_sizes} & set(range(1, max(args.batch_sizes) + 1)))
-    cost = CostModel.load_or_measure(models.target, models.draft, threads=args.threads, quick=False,
-                                     k_max=args.k_max, batch_sizes=grid, remeasure=not args.quick)
-    # whole rounds too, at every batch size a regime will see (the engine would otherwise
-    # time them on first use, inside the measured window); cached on disk like the forwards
-    cost.attach_round_timer(round_timer(models.target, spec_for("adaptive", args.k_max), models.draft,
-                                        prompt_len=args.prompt_tokens))
-    for b in grid:
-        while cost.ensure_rounds(b, "draft:draft", sampled=True, everything=True):
-            pass
+    cost = calibrated_cost(models, grid, args.k_max, args.prompt_tokens, args.threads, remeasure=not args.quick)
     meta = {"target": str(target), "draft": str(draft), "threads": args.threads,
             "max_new_tokens": args.max_new_tokens, "prompt_tokens": args.prompt_tokens,
             "repeats": args.repeats, "k_max": args.k_max, "temperature": 1.0, "quick": args.quick,

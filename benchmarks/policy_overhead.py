@@ -23,17 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from specdec.analysis.workloads import load_workload
-from specdec.config import EngineConfig, SamplingParams, SpecConfig
-from specdec.costs.cost_model import CostModel
-from specdec.defaults import default_draft, default_target
-from specdec.engine.build import load_models, make_engine
-from specdec.engine.calibrate import round_timer
+import torch  # noqa: E402
+
+from specdec.analysis.workloads import load_workload  # noqa: E402
+from specdec.config import EngineConfig, SamplingParams, SpecConfig  # noqa: E402
+from specdec.defaults import default_draft, default_target  # noqa: E402
+from specdec.engine.build import load_models, make_engine  # noqa: E402
+from adaptive import calibrated_cost  # noqa: E402  (benchmarks/adaptive.py)
 
 VARIANTS = {"full": (), "choose off": ("choose",), "lookahead off": ("lookahead",),
             "beta off": ("beta",), "all off": ("choose", "lookahead", "beta", "observe")}
@@ -94,13 +96,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     models = load_models(default_target(), default_draft(), threads=args.threads)
-    cost = CostModel.load_or_measure(models.target, models.draft, threads=args.threads, quick=False,
-                                     k_max=args.k_max, batch_sizes=[args.batch])
-    # whole rounds at this batch size, before anything is timed (cached on disk)
-    cost.attach_round_timer(round_timer(models.target, SpecConfig(method="draft", k="auto", k_max=args.k_max),
-                                        models.draft, prompt_len=args.prompt_tokens))
-    while cost.ensure_rounds(args.batch, "draft:draft", sampled=True, everything=True):
-        pass
+    cost = calibrated_cost(models, [args.batch], args.k_max, args.prompt_tokens, args.threads)
     prompts = load_workload(args.workload, models.tokenizer, n=args.batch, prompt_tokens=args.prompt_tokens, seed=0)
     rows = []
     for name, off in VARIANTS.items():

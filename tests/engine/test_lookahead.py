@@ -15,6 +15,13 @@ from specdec.verify.sampling import BatchSampling
 V = 16
 
 
+def _batch(B: int):
+    """B sequences at temperature 1, and their BatchSampling."""
+    batch = [SimpleNamespace(id=i, token_ids=[1, 2, 3]) for i in range(B)]
+    params = [SamplingParams(temperature=1.0, seed=i) for i in range(B)]
+    return batch, BatchSampling(params, [torch.Generator() for _ in params])
+
+
 def _round(look: Lookahead, batch, sampling, accepted: list[int], k: int = 2):
     """remember() one round in which row b accepted accepted[b] of k drafts, then betas()."""
     B = len(batch)
@@ -25,9 +32,7 @@ def _round(look: Lookahead, batch, sampling, accepted: list[int], k: int = 2):
 
 
 def test_rows_that_rejected_a_draft_report_nothing():
-    batch = [SimpleNamespace(id=i, token_ids=[1, 2, 3]) for i in range(3)]
-    params = [SamplingParams(temperature=1.0, seed=i) for i in range(3)]
-    sampling = BatchSampling(params, [torch.Generator() for _ in params])
+    batch, sampling = _batch(3)
     position, beta = _round(Lookahead(), batch, sampling, [2, 1, 2])
     assert position == 3
     assert [math.isnan(x) for x in beta.tolist()] == [False, True, False]
@@ -37,9 +42,7 @@ def test_rows_that_rejected_a_draft_report_nothing():
 def test_at_most_ROWS_rows_a_round_taking_turns():
     """A large batch costs only ROWS softmaxes a round, and over rounds every row is seen."""
     B = 2 * lookahead.ROWS + 1
-    batch = [SimpleNamespace(id=i, token_ids=[1, 2, 3]) for i in range(B)]
-    params = [SamplingParams(temperature=1.0, seed=i) for i in range(B)]
-    sampling = BatchSampling(params, [torch.Generator() for _ in params])
+    batch, sampling = _batch(B)
     look, seen = Lookahead(), set()
     for _ in range(3):
         _, beta = _round(look, batch, sampling, [2] * B)
