@@ -158,3 +158,30 @@ def test_round_timer_fits_the_models_context(tiny_target, tiny_draft):
                         steps=ctx)
     out = timer("draft:draft", 1, [0, 8], False)
     assert sorted(out) == [0, 8] and all(L < ctx for _t, L in out.values())
+
+
+def test_paired_times_cancel_a_slow_spell_across_a_pass():
+    from specdec.engine.calibrate import paired
+    plain = [10.0, 10.0, 20.0, 20.0]            # passes 3 and 4 ran in a slow spell, and a
+    drafting = [17.0, 34.0, 34.0, 34.0]         # burst hit pass 2's drafting step alone
+    assert paired(plain, drafting) / middle_mean(plain) == pytest.approx(1.7)
+    assert middle_mean(drafting) / middle_mean(plain) == pytest.approx(34 / 15)   # unpaired
+
+
+def test_round_timer_times_drafting_k_in_groups_beside_plain(tiny_target, tiny_draft, monkeypatch):
+    import specdec.engine.calibrate as cal
+    import specdec.engine.engine as eng
+    built = []
+    real = eng.Engine.__init__
+
+    def counting(self, target, spec, *a, **kw):
+        built.append(spec.k)
+        real(self, target, spec, *a, **kw)
+    monkeypatch.setattr(eng.Engine, "__init__", counting)
+    timer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=20,
+                        warmup=1, steps=3, budget_s=0.0)
+    out = timer("draft:draft", 1, [0, 1, 2, 3, 5], False)
+    assert sorted(out) == [0, 1, 2, 3, 5]
+    groups = [built[i:i + cal.GROUP + 1] for i in range(0, len(built), cal.GROUP + 1)]
+    assert groups == [[0, 1, 2], [0, 3, 5]]
+    assert sorted(timer("draft:draft", 1, [4], False)) == [4]          # k = 0 is timed as the anchor
