@@ -42,6 +42,7 @@ from .profiling import GRID_B, ModelProfile, Point, bisect_order
 from .rounds import RoundTable, load_table, plausible, round_ks, save_table
 
 DRAFT_KEY = "draft:draft"       # DraftModelProposer.cost_key() for the default name
+ROUNDS_VERSION = 2              # how rounds are timed (engine/calibrate.py); older caches are stale
 
 
 def _mode(key: str | None, sampled: bool) -> str:
@@ -285,7 +286,8 @@ class CostModel:
         return self._round_timer is not None
 
     def _rounds_identity(self, mode: str) -> dict:
-        return {"mode": mode, "k_max": self.k_max, "models": [s.identity for s in self._sources]}
+        return {"mode": mode, "k_max": self.k_max, "models": [s.identity for s in self._sources],
+                "timing": ROUNDS_VERSION}
 
     def _rounds_path(self, mode: str) -> Path:
         return cache_path({}).with_name(f"rounds-{identity_hash(self._rounds_identity(mode))}.json")

@@ -15,9 +15,14 @@ supplies (engine/calibrate.py), one table per proposer and sampling mode. The ov
 with the forward-only model evaluated at the cache length L the step ran at. Per batch row
 the step is the measured one at k = 0 (plain decoding) and a + c * k for k >= 1: drafting
 at all has a fixed cost, each drafted token a further one, and measured steps are close to
-linear in k. The line is fitted by Theil-Sen (the median of pairwise slopes) through every
-measured k >= 1, so that a step disturbed by the machine cannot bend it, and it is used at
-measured k too: a smooth fit through many noisy points beats any one of them. The steps
+linear in k. The line's slope is Theil-Sen's (the median of pairwise slopes) over every
+measured k >= 1, so that a step disturbed by the machine cannot bend it, and the line is
+used at measured k too: a smooth fit through many noisy points beats any one of them. It
+passes through the measured k = 1 step, though, rather than Theil-Sen's median intercept:
+k = 1 against k = 0 is the close call at large batches, and there the steps curve upward
+in k (batch 64: 27, 48, 65, 92, 113 ms for k = 0..4), so a line through all of them put
+k = 1 at 1.62 plain steps where it measured 1.75, and adaptive drafted where plain decoding
+was faster. k = 1 is timed beside k = 0 in the same passes (engine/calibrate.py). The steps
 are measured interleaved across k (robust to the machine's drift), while the forward
 model is measured one q after another; so the forward model only carries the step to
 another cache length, and between measured batch rows (interpolated linearly in b,
@@ -75,7 +80,10 @@ class RoundTable:
             drafting = {k: self.points[(r, k)][0] for k in ks if k >= 1}
             plain = self.points[(r, 0)][0] if 0 in ks else None
             L = statistics.mean(self.points[(r, k)][1] for k in ks)
-            self._fits[key] = (plain, theil_sen(drafting) if drafting else None, L)
+            line = theil_sen(drafting) if drafting else None
+            if line is not None and 1 in drafting:         # through the measured k = 1 step
+                line = (drafting[1] - line[1], line[1])
+            self._fits[key] = (plain, line, L)
         return self._fits[key]
 
     def step(self, b: float, k: float, forward: Forward, L: float | None = None) -> float | None:

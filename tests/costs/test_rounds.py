@@ -5,6 +5,7 @@ import pytest
 
 from specdec.config import SpecConfig
 from specdec.costs import cache as cm_mod
+from specdec.costs import cost_model
 from specdec.costs.cost_model import CostModel
 from specdec.costs.rounds import RoundTable, load_table, round_ks, save_table, theil_sen
 from specdec.engine.calibrate import PERIOD, middle_mean, round_timer, synthetic_prompts
@@ -47,6 +48,18 @@ def test_steps_plain_point_and_a_robust_line_for_drafting():
     assert t.step(1, 6, long, L=300) - t.step(1, 6, long, L=100) == pytest.approx(1e-5 * 200)
 
 
+def test_the_drafting_line_passes_through_the_measured_k1_step():
+    """Steps curving upward in k (a large batch): a line through all of them would put
+    k = 1 below its measured step, where it competes with plain decoding."""
+    steps = {0: 0.027, 1: 0.048, 2: 0.065, 3: 0.092, 4: 0.113, 8: 0.224}
+    t = RoundTable({(64, k): (v, 100.0) for k, v in steps.items()})
+    zero = lambda b, k, L: 0.0                                             # noqa: E731
+    a, c = theil_sen({k: v for k, v in steps.items() if k})
+    assert a + c < 0.048 - 0.003                                           # the plain fit's k = 1
+    assert t.step(64, 1, zero) == pytest.approx(0.048)
+    assert t.step(64, 3, zero) == pytest.approx(0.048 + 2 * c)            # the robust slope from there
+
+
 def test_steps_between_rows_follow_the_forwards_and_unmeasured_is_none():
     t = table({1: {0: 0.0, 1: 0.001}, 4: {0: 0.0, 1: 0.004}})
     assert t.step(2, 1, FWD) == pytest.approx(FWD(2, 1, 100) + 0.002)
@@ -70,7 +83,7 @@ def test_round_ks_and_table_cache(tmp_path):
     assert load_table(path, ident, busy_now=False).points == {}
 
 
-def test_ensure_rounds_measures_lazily_and_caches(cache, tiny_target, tiny_draft):
+def test_ensure_rounds_measures_lazily_and_caches(cache, tiny_target, tiny_draft, monkeypatch):
     calls = []
 
     def timer(key, b, ks, sampled):
@@ -99,6 +112,11 @@ def test_ensure_rounds_measures_lazily_and_caches(cache, tiny_target, tiny_draft
     assert not again.ensure_rounds(1, "draft:draft")                 # everything is cached
     assert again.t_round("draft:draft", 1, 4, 64) == pytest.approx(0.033)
     assert "draft:draft|greedy" in again.table()["rounds"]
+    # a table timed by an older way of timing rounds is not trusted
+    monkeypatch.setattr(cost_model, "ROUNDS_VERSION", cost_model.ROUNDS_VERSION + 1)
+    newer = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
+    newer.attach_round_timer(timer)
+    assert newer.ensure_rounds(1, "draft:draft")
 
 
 def test_interior_k_is_scaled_to_the_rows_earlier_timing(cache, tiny_target, tiny_draft):
