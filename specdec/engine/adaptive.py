@@ -25,6 +25,16 @@
   While it decodes plainly at an unchanged batch size it re-evaluates only every
   IDLE_RECHECK rounds: the estimates relax slowly (a half-life of about 7 rounds), and
   the evaluation is a fixed cost of about 0.1 ms, 1% of a plain step at batch 16.
+- Resuming costs. The first drafting round after n plain ones makes the draft model catch
+  up on the n tokens it has not seen: at batch 64 about 20 ms, most of a plain step. Where
+  k = 1 and k = 0 are a near tie (batch 64 on prose), a policy that ignores it flips
+  between them and pays it every time: 0.88x plain in one benchmark run, where either k
+  alone made 0.98-1.0x. So from k = 0, every k > 0 carries m * resume(b) / IDLE_RECHECK
+  seconds more, m = min(n, IDLE_RECHECK): the catch-up of a switch after the shortest
+  idle spell, spread over as many rounds (switches after longer spells are rarer, so
+  cost less per round). resume(b), per caught-up token, is learned from resuming steps
+  after at most IDLE_RECHECK plain rounds (their excess over the model), starting from
+  t_draft(b).
 
 Rows. The engine verifies a dense (B, k+1) block, so once the batch drafts k, capping a
 row below k saves no target compute and only forgoes tokens: the batch k maximises the
@@ -93,6 +103,7 @@ class AdaptiveK:
         self._seen: set[tuple[int, int]] = set()   # (b, k) shapes already run once
         self._prev_k = 0
         self._idle_rounds, self._idle_b = 0, 0     # consecutive k = 0 rounds, at batch size
+        self._resume: dict[int, float] = {}           # b -> seconds per caught-up token
         self._curves: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
         self._pred: np.ndarray | None = None       # model step times for k = 0..k_max, this step
         self.last_choice: dict = {}                # for inspection: tokens, times, rate by k
@@ -127,6 +138,10 @@ class AdaptiveK:
         ks = np.arange(self.k_max + 1)
         self._pred = self.step_times(b, L, key, sampled)
         times = self._pred * np.maximum(1.0 + self.overhead.predict(b, ks), 0.5)   # never below half
+        if self._idle_rounds:                        # drafting again: the draft model catches up
+            per_token = self._resume.get(b)
+            per_token = self.cost.t_draft(key, b, L) if per_token is None else per_token
+            times[1:] += min(self._idle_rounds, IDLE_RECHECK) * per_token / IDLE_RECHECK
         rate = tokens / times
         k = int(np.argmax(rate))                                      # ties go to the smaller k
         self.last_choice = {"b": b, "L": L, "tokens": tokens.tolist(), "times": times.tolist(), "k": k}
@@ -154,7 +169,12 @@ class AdaptiveK:
             self.acc.observe_position(key, *lookahead)
         self.acc.observe(key, list(num_draft), list(accepted), k, accept_prob)
         shape = (len(batch), k)
-        typical = shape in self._seen and not (k > 0 and self._prev_k == 0)
+        resumed = k > 0 and self._prev_k == 0
+        typical = shape in self._seen and not resumed
+        if resumed and 0 < self._idle_rounds <= IDLE_RECHECK and self._pred is not None and not self._skip_fit:
+            excess = max(dt - float(self._pred[k]), 0.0) / self._idle_rounds
+            old = self._resume.get(len(batch))
+            self._resume[len(batch)] = excess if old is None else 0.5 * (old + excess)
         if self._pred is not None and typical and not self._skip_fit:
             pred = float(self._pred[k])
             self.overhead.observe(len(batch), k, min(max(dt / pred - 1.0, -0.5), 1.0))

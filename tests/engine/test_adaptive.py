@@ -274,3 +274,22 @@ def test_continuous_batching_matches_each_request_alone(tiny_target, k):
     for seq, p, n in zip(seqs, prompts, limits):
         assert done[seq.id].output_ids == _alone(tiny_target, p, n)
     assert any(kk > 0 for kk in eng.metrics.k_hist) and eng.metrics.num_accepted_tokens > 0
+
+
+def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
+    from specdec.engine.adaptive import IDLE_RECHECK
+    pol, batch = make_policy(MEMORY_BOUND)
+    run(pol, batch, lambda k: 0, 30)                          # settled on k = 0
+    pol._idle_rounds = IDLE_RECHECK                           # due for an evaluation
+    pol.choose(batch)
+    charged = np.array(pol.last_choice["times"])
+    pol._idle_rounds = 0
+    pol.choose(batch)
+    fresh = np.array(pol.last_choice["times"])
+    assert charged[0] == pytest.approx(fresh[0])              # plain decoding pays nothing
+    assert charged[1:] - fresh[1:] == pytest.approx(0.0005)   # IDLE_RECHECK tokens * t_draft / IDLE_RECHECK
+    # a resuming step that ran 20 ms over the model after 4 plain rounds: 5 ms per token
+    pol._idle_rounds, pol._prev_k = 4, 0
+    pol.choose(batch)
+    pol.observe(batch, 1, [1] * 4, [0] * 4, float(pol._pred[1]) + 0.020)
+    assert pol._resume[len(batch)] == pytest.approx(0.005)
