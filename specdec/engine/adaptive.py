@@ -26,7 +26,7 @@
   IDLE_RECHECK rounds: the estimates relax slowly (a half-life of about 7 rounds), and
   the evaluation is a fixed cost of about 0.1 ms, 1% of a plain step at batch 16.
 - Resuming costs. The first drafting round after n plain ones makes the draft model catch
-  up on the n tokens it has not seen: at batch 64 about 20 ms, most of a plain step. Where
+  up on the n tokens it has not seen: at batch 64 roughly 20 ms, most of a plain step. Where
   k = 1 and k = 0 are a near tie (batch 64 on prose), a policy that ignores it flips
   between them and pays it every time: 0.88x plain in one benchmark run, where either k
   alone made 0.98-1.0x. So from k = 0, every k > 0 carries m * resume(b) / IDLE_RECHECK
