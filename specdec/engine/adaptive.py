@@ -170,14 +170,14 @@ class AdaptiveK:
         self.acc.observe(key, list(num_draft), list(accepted), k, accept_prob)
         shape = (len(batch), k)
         resumed = k > 0 and self._prev_k == 0
-        typical = shape in self._seen and not resumed
-        if resumed and 0 < self._idle_rounds <= IDLE_RECHECK and self._pred is not None and not self._skip_fit:
-            excess = max(dt - float(self._pred[k]), 0.0) / self._idle_rounds
-            old = self._resume.get(len(batch))
-            self._resume[len(batch)] = excess if old is None else 0.5 * (old + excess)
-        if self._pred is not None and typical and not self._skip_fit:
+        if self._pred is not None and not self._skip_fit:      # a step the model predicted
             pred = float(self._pred[k])
-            self.overhead.observe(len(batch), k, min(max(dt / pred - 1.0, -0.5), 1.0))
+            if resumed and 0 < self._idle_rounds <= IDLE_RECHECK:
+                excess = max(dt - pred, 0.0) / self._idle_rounds
+                old = self._resume.get(len(batch))
+                self._resume[len(batch)] = excess if old is None else 0.5 * (old + excess)
+            elif shape in self._seen and not resumed:              # typical of its k
+                self.overhead.observe(len(batch), k, min(max(dt / pred - 1.0, -0.5), 1.0))
         self._seen.add(shape)
         self._idle_rounds = self._idle_rounds + 1 if k == 0 else 0
         self._idle_b = len(batch)
