@@ -1,7 +1,7 @@
 """`k="auto"`: each round, draft the k that maximises expected tokens per second.
 
     k* = argmax_{k in 0..k_max}  sum_rows E[tokens | a_row, k]  /  T(b, k)
-    T(b, k) = t_round(b, k, L, mode) * (1 + drift(b, k))
+    T(b, k) = t_round(b, k, L, mode) * exp(drift(b, k))
 
 - E[tokens | a, k] comes from per-position Beta posteriors per request and per proposer
   (acceptance.py), capped by each request's remaining max_new_tokens.
@@ -9,14 +9,17 @@
   mode at its longest cache length L: real engine steps, timed by engine/calibrate.py.
   `ensure(b)` / `ensure_rounds(b, ...)` measure a batch size on its first use (cached on
   disk, so once per machine).
-- drift(b, k) = a_b + c_b * k is the fraction by which a step now costs more than the cost
-  model says (a machine slower than when it was measured, real text rather than synthetic
-  prompts): a ridge least-squares fit of the measured step time's relative residual,
-  exponentially weighted per batch size. Relative, because a machine's slow spell scales
-  every k alike: the batch mostly runs one k, and the ridge then puts its residual into
-  a_b, which keeps the ratios between the k as measured (an additive intercept would
-  shrink them and push the policy toward longer drafts). Steps that are not typical of a k
-  are left out of the fit: those that
+- drift(b, k) = a_b + c_b * k is the log of the factor by which a step now costs more (or
+  less) than the cost model says (a machine slower or faster than when it was measured,
+  real text rather than synthetic prompts): a ridge least-squares fit of log(measured /
+  modelled step time), exponentially weighted per batch size. A factor, because a
+  machine's slow or fast spell scales every k alike: the batch mostly runs one k, and the
+  ridge then puts its residual into a_b, which scales every k by the same exp(a_b) and so
+  keeps the ratios between the k as measured. (The fit once used dt / predicted - 1,
+  clipped to [-0.5, 1] and applied as 1 + drift floored at 0.5: when the model had been
+  measured during a slow spell, the clip and the floor bound the long k first and made
+  them look cheap, and adaptive drafted k = 3-8 at batch 16, 0.84x the best fixed k.)
+  Steps that are not typical of a k are left out of the fit: those that
   measured the cost model, ran a (b, k) shape for the first time (kernel set-up) or
   resumed drafting after k = 0 (the draft model catches up). Prefill never enters: the
   engine admits requests in steps of their own, which call no policy.
@@ -43,6 +46,8 @@ pay; the row estimates are already there.)
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..costs.cost_model import CostModel
@@ -53,31 +58,50 @@ FIT_DECAY = 0.95      # per observed step (~20 steps) in the overhead fit
 IDLE_RECHECK = 4      # at k = 0 and an unchanged batch size, re-evaluate every this many rounds
 FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind the intercept (and, at k = k_max/2,
                       # behind the slope): one odd step cannot swing the fit
+LOG_CLIP = 1.0        # one step's log residual counts at most +-1 (a factor of e): a stall
+                      # (another process, a page fault) cannot swing the fit either
 
 
 class StepOverhead:
     """residual(b, k) ~ a_b + c_b * k, fitted online by exponentially weighted ridge regression
-    (AdaptiveK feeds it relative residuals, dt / predicted - 1). Plain floats, closed-form
-    2x2 solve: it runs every step, where numpy's per-call overhead would show."""
+    (AdaptiveK feeds it log residuals, log(dt / predicted)).
+
+    The slope is fitted about the mean observed k: the batch mostly runs one k, and its
+    residual then moves the level of every k alike and leaves the slope at its prior. (Fitted
+    about k = 0, a residual seen only at k = 2 went partly into the slope, which k = 8
+    multiplied fourfold: after a few steps 40% faster than a model measured in a slow spell,
+    k = 8 looked cheaper than it was and adaptive drafted it.) Each batch size's fit shrinks
+    toward a fit over all batch sizes, which itself shrinks toward zero: a batch size met for
+    the first time (a closed batch's tail) starts from how the machine runs now, not from
+    the raw model. Plain floats, closed form: it runs every step, where numpy's per-call
+    overhead would show."""
+
+    ALL = -1                                        # the key of the fit over all batch sizes
 
     def __init__(self, k_max: int):
         self.ridge_c = FIT_RIDGE * max(1.0, k_max / 2) ** 2
         self.sums: dict[int, list[float]] = {}     # b -> [n, Sk, Skk, Sr, Skr]
 
     def observe(self, b: int, k: int, residual: float) -> None:
-        n, sk, skk, sr, skr = self.sums.get(b, (0.0, 0.0, 0.0, 0.0, 0.0))
         d = FIT_DECAY
-        self.sums[b] = [d * n + 1.0, d * sk + k, d * skk + k * k, d * sr + residual, d * skr + k * residual]
+        for key in (b, self.ALL):
+            n, sk, skk, sr, skr = self.sums.get(key, (0.0, 0.0, 0.0, 0.0, 0.0))
+            self.sums[key] = [d * n + 1.0, d * sk + k, d * skk + k * k, d * sr + residual, d * skr + k * residual]
+
+    def _fit(self, key: int, prior: tuple[float, float]) -> tuple[float, float]:
+        s = self.sums.get(key)
+        if s is None:
+            return prior
+        n, sk, skk, sr, skr = s
+        kbar = sk / n
+        level = (sr + FIT_RIDGE * (prior[0] + prior[1] * kbar)) / (n + FIT_RIDGE)   # at k = kbar
+        sxx, sxr = skk - sk * kbar, skr - sr * kbar                                # centred sums
+        c = (sxr + self.ridge_c * prior[1]) / (max(sxx, 0.0) + self.ridge_c)
+        return level - c * kbar, c
 
     def coefficients(self, b: int) -> tuple[float, float]:
-        """(a_b, c_b); (0, 0) before batch size b has been observed."""
-        s = self.sums.get(b)
-        if s is None:
-            return 0.0, 0.0
-        n, sk, skk, sr, skr = s
-        a11, a12, a22 = n + FIT_RIDGE, sk, skk + self.ridge_c
-        det = a11 * a22 - a12 * a12                    # > 0: both diagonals carry a ridge
-        return (a22 * sr - a12 * skr) / det, (a11 * skr - a12 * sr) / det
+        """(a_b, c_b); the all-batch-size fit before batch size b has been observed."""
+        return self._fit(b, self._fit(self.ALL, (0.0, 0.0)))
 
     def predict(self, b: int, ks: np.ndarray) -> np.ndarray:
         a, c = self.coefficients(b)
@@ -106,6 +130,7 @@ class AdaptiveK:
         self._resume: dict[int, float] = {}           # b -> seconds per caught-up token
         self._curves: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
         self._pred: np.ndarray | None = None       # model step times for k = 0..k_max, this step
+        self._corrected: np.ndarray | None = None  # the same with the drift, sans catch-up
         self.last_choice: dict = {}                # for inspection: tokens, times, rate by k
 
     # ---- the decision ---------------------------------------------------------------------
@@ -137,10 +162,12 @@ class AdaptiveK:
         tokens = self.acc.expected_tokens(key, remaining)                          # (k_max+1,)
         ks = np.arange(self.k_max + 1)
         self._pred = self.step_times(b, L, key, sampled)
-        times = self._pred * np.maximum(1.0 + self.overhead.predict(b, ks), 0.5)   # never below half
+        times = self._pred * np.exp(self.overhead.predict(b, ks))                 # (k_max+1,)
+        self._corrected = times.copy()
         if self._idle_rounds:                        # drafting again: the draft model catches up
             per_token = self._resume.get(b)
-            per_token = self.cost.t_draft(key, b, L) if per_token is None else per_token
+            if per_token is None:                    # the model's draft step, at the machine's drift
+                per_token = self.cost.t_draft(key, b, L) * float(times[1] / self._pred[1])
             times[1:] += min(self._idle_rounds, IDLE_RECHECK) * per_token / IDLE_RECHECK
         rate = tokens / times
         k = int(np.argmax(rate))                                      # ties go to the smaller k
@@ -171,13 +198,14 @@ class AdaptiveK:
         shape = (len(batch), k)
         resumed = k > 0 and self._prev_k == 0
         if self._pred is not None and not self._skip_fit:      # a step the model predicted
-            pred = float(self._pred[k])
+            pred = max(float(self._pred[k]), 1e-9)
             if resumed and 0 < self._idle_rounds <= IDLE_RECHECK:
-                excess = max(dt - pred, 0.0) / self._idle_rounds
+                excess = max(dt - float(self._corrected[k]), 0.0) / self._idle_rounds
                 old = self._resume.get(len(batch))
                 self._resume[len(batch)] = excess if old is None else 0.5 * (old + excess)
             elif shape in self._seen and not resumed:              # typical of its k
-                self.overhead.observe(len(batch), k, min(max(dt / pred - 1.0, -0.5), 1.0))
+                drift = math.log(max(dt, 1e-9) / pred)
+                self.overhead.observe(len(batch), k, min(max(drift, -LOG_CLIP), LOG_CLIP))
         self._seen.add(shape)
         self._idle_rounds = self._idle_rounds + 1 if k == 0 else 0
         self._idle_b = len(batch)

@@ -244,7 +244,36 @@ def test_overhead_fit_recovers_intercept_and_slope():
         fit.observe(4, k, 0.002 + 0.0005 * k)
     pred = fit.predict(4, np.array([0, 8]))
     assert pred == pytest.approx([0.002, 0.006], rel=0.05)
-    assert fit.predict(2, np.array([3]))[0] == 0.0     # no data for this batch size
+    # a batch size not seen yet starts from the fit over all batch sizes
+    assert fit.predict(2, np.array([3]))[0] == pytest.approx(0.0035, rel=0.05)
+    assert StepOverhead(K_MAX).predict(2, np.array([3]))[0] == 0.0     # nothing seen at all
+
+
+def test_overhead_seen_at_one_k_moves_every_k_alike():
+    fit = StepOverhead(K_MAX)
+    for _ in range(10):
+        fit.observe(16, 2, -0.4)                        # steps 33% faster than the model, at k = 2
+    pred = fit.predict(16, np.arange(K_MAX + 1))
+    assert pred[2] == pytest.approx(-0.4, rel=0.1)
+    assert np.allclose(pred, pred[2])                   # no slope from one k: k = 8 is not cheaper
+
+
+@pytest.mark.parametrize("factor", [0.6, 1.5])
+def test_a_uniformly_faster_or_slower_machine_does_not_change_the_choice(factor):
+    """Steps that all run `factor` times the model's time (a model measured in a slow or fast
+    spell): the same k as on the model's machine."""
+    chosen = {}
+    for f in (1.0, factor):
+        pol, batch = make_policy(MEMORY_BOUND, n=16)
+        rng = np.random.default_rng(0)
+        ks = []
+        for _ in range(60):
+            k = pol.choose(batch)
+            accepted = [int(np.argmin(np.append(rng.random(k) < 0.7, False))) for _ in batch]  # alpha 0.7
+            pol.observe(batch, k, [k] * 16, accepted, f * pol.step_times(16, 10, "draft:draft")[k])
+            ks.append(k)
+        chosen[f] = ks
+    assert chosen[factor] == chosen[1.0]
 
 
 def _alone(target, prompt, n):
