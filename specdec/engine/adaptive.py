@@ -25,18 +25,22 @@
   engine admits requests in steps of their own, which call no policy.
 - k = 0 is plain decoding. After k = 0 the estimates relax toward an optimistic prior
   (acceptance.py), so the policy tries drafting again when the relaxed estimate pays.
-  While it decodes plainly at an unchanged batch size it re-evaluates only every
-  IDLE_RECHECK rounds: the estimates relax slowly (a half-life of about 7 rounds), and
-  the evaluation is a fixed cost of about 0.1 ms, 1% of a plain step at batch 16.
+- Cadence. While the batch size is unchanged the policy re-evaluates only every RECHECK
+  rounds and keeps its k in between (at once when a request joins or leaves, when a row
+  has no more than k tokens left, and in the round after a switch, so that a failed
+  probe ends after one round). The estimates move slowly (windows of about 20
+  rounds), while an evaluation and the learning behind it cost about 0.4 ms per round,
+  3% of a k = 2 step at batch 4 (`benchmarks/policy_overhead.py`); between evaluations
+  the tracker only queues the rounds (acceptance.py).
 - Resuming costs. The first drafting round after n plain ones makes the draft model catch
   up on the n tokens it has not seen: at batch 64 roughly 20 ms, most of a plain step. Where
   k = 1 and k = 0 are a near tie (batch 64 on prose), a policy that ignores it flips
   between them and pays it every time: 0.88x plain in one benchmark run, where either k
-  alone made 0.98-1.0x. So from k = 0, every k > 0 carries m * resume(b) / IDLE_RECHECK
-  seconds more, m = min(n, IDLE_RECHECK): the catch-up of a switch after the shortest
+  alone made 0.98-1.0x. So from k = 0, every k > 0 carries m * resume(b) / RECHECK
+  seconds more, m = min(n, RECHECK): the catch-up of a switch after the shortest
   idle spell, spread over as many rounds (switches after longer spells are rarer, so
   cost less per round). resume(b), per caught-up token, is learned from resuming steps
-  after at most IDLE_RECHECK plain rounds (their excess over the model), starting from
+  after at most RECHECK plain rounds (their excess over the model), starting from
   t_draft(b).
 
 Rows. The engine verifies a dense (B, k+1) block, so once the batch drafts k, capping a
@@ -55,7 +59,7 @@ from .acceptance import AcceptanceTracker
 from .calibrate import round_timer
 
 FIT_DECAY = 0.95      # per observed step (~20 steps) in the overhead fit
-IDLE_RECHECK = 4      # at k = 0 and an unchanged batch size, re-evaluate every this many rounds
+RECHECK = 4           # at an unchanged batch size, re-evaluate every this many rounds
 FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind the intercept (and, at k = k_max/2,
                       # behind the slope): one odd step cannot swing the fit
 LOG_CLIP = 1.0        # one step's log residual counts at most +-1 (a factor of e): a stall
@@ -126,7 +130,8 @@ class AdaptiveK:
         self._skip_fit = False
         self._seen: set[tuple[int, int]] = set()   # (b, k) shapes already run once
         self._prev_k = 0
-        self._idle_rounds, self._idle_b = 0, 0     # consecutive k = 0 rounds, at batch size
+        self._idle_rounds = 0                      # consecutive k = 0 rounds
+        self._since, self._eval_b = RECHECK, 0     # rounds since the last evaluation, at batch size
         self._resume: dict[int, float] = {}           # b -> seconds per caught-up token
         self._curves: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
         self._pred: np.ndarray | None = None       # model step times for k = 0..k_max, this step
@@ -149,8 +154,11 @@ class AdaptiveK:
         b = len(batch)
         if self.k_max == 0 or b == 0:
             return 0
-        if self._idle_rounds % IDLE_RECHECK and b == self._idle_b:
-            return 0                                 # plain decoding, between re-evaluations
+        k = self._prev_k
+        if self._since < RECHECK and b == self._eval_b and (
+                k == 0 or all(s.params.max_new_tokens - s.num_output > k for s in batch)):
+            return k                                 # between evaluations: keep k
+        self._since, self._eval_b = 0, b
         key = self.proposer.cost_key()
         sampling = getattr(batch, "sampling", None)            # a plain list of sequences: greedy
         sampled = sampling is not None and not sampling.all_greedy
@@ -168,9 +176,11 @@ class AdaptiveK:
             per_token = self._resume.get(b)
             if per_token is None:                    # the model's draft step, at the machine's drift
                 per_token = self.cost.t_draft(key, b, L) * float(times[1] / self._pred[1])
-            times[1:] += min(self._idle_rounds, IDLE_RECHECK) * per_token / IDLE_RECHECK
+            times[1:] += min(self._idle_rounds, RECHECK) * per_token / RECHECK
         rate = tokens / times
         k = int(np.argmax(rate))                                      # ties go to the smaller k
+        if k != self._prev_k:
+            self._since = RECHECK - 1                # a switch (a probe, say) is checked next round
         self.last_choice = {"b": b, "L": L, "tokens": tokens.tolist(), "times": times.tolist(), "k": k}
         return k
 
@@ -179,7 +189,7 @@ class AdaptiveK:
 
     # ---- lifecycle and learning ------------------------------------------------------------
     def start(self, row, seq):
-        self._idle_rounds = 0            # a new request: evaluate at once
+        self._since = RECHECK            # a new request: evaluate at once
         self.acc.start(row)              # admission is a step of its own: no decode time to skip
 
     def finish(self, row):
@@ -198,8 +208,9 @@ class AdaptiveK:
         shape = (len(batch), k)
         resumed = k > 0 and self._prev_k == 0
         if self._pred is not None and not self._skip_fit:      # a step the model predicted
+            # (between evaluations: from the last one, at the same batch size)
             pred = max(float(self._pred[k]), 1e-9)
-            if resumed and 0 < self._idle_rounds <= IDLE_RECHECK:
+            if resumed and 0 < self._idle_rounds <= RECHECK:
                 excess = max(dt - float(self._corrected[k]), 0.0) / self._idle_rounds
                 old = self._resume.get(len(batch))
                 self._resume[len(batch)] = excess if old is None else 0.5 * (old + excess)
@@ -208,7 +219,6 @@ class AdaptiveK:
                 self.overhead.observe(len(batch), k, min(max(drift, -LOG_CLIP), LOG_CLIP))
         self._seen.add(shape)
         self._idle_rounds = self._idle_rounds + 1 if k == 0 else 0
-        self._idle_b = len(batch)
+        self._since += 1
         self._prev_k = k
         self._skip_fit = False
-        self._pred = None

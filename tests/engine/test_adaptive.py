@@ -58,17 +58,32 @@ def test_zero_acceptance_stops_drafting():
 
 
 def test_plain_decoding_reevaluates_every_few_rounds_and_at_once_when_the_batch_changes():
-    from specdec.engine.adaptive import IDLE_RECHECK
+    from specdec.engine.adaptive import RECHECK
     pol, batch = make_policy(MEMORY_BOUND)
     run(pol, batch, lambda k: 0, 30)                         # settled on k = 0
     calls = []
     inner = pol.acc.expected_tokens
     pol.acc.expected_tokens = lambda *a: calls.append(1) or inner(*a)
-    ks = run(pol, batch, lambda k: 0, 8 * IDLE_RECHECK)
-    assert ks.count(0) >= len(ks) - 2 and len(calls) <= 8 + 2  # one evaluation per IDLE_RECHECK rounds
+    ks = run(pol, batch, lambda k: 0, 8 * RECHECK)
+    assert ks.count(0) >= len(ks) - 2 and len(calls) <= 8 + 2  # one evaluation per RECHECK rounds
     calls.clear()
     pol.choose(batch[:-1])                                   # a request left: evaluate now
     assert calls
+
+
+def test_steady_drafting_reevaluates_every_few_rounds_and_near_a_requests_end():
+    from specdec.engine.adaptive import RECHECK
+    pol, batch = make_policy(MEMORY_BOUND)
+    run(pol, batch, lambda k: k, 30)                         # settled on a long k
+    calls = []
+    inner = pol.acc.expected_tokens
+    pol.acc.expected_tokens = lambda *a: calls.append(1) or inner(*a)
+    ks = run(pol, batch, lambda k: k, 8 * RECHECK)
+    assert min(ks) > 0 and len(calls) <= 8 + 2
+    calls.clear()
+    batch[0].params = SamplingParams(max_new_tokens=batch[0].num_output + ks[-1])   # k tokens left
+    pol.choose(batch)
+    assert calls                                             # evaluated: the cap may change k
 
 
 def test_compute_bound_never_drafts_even_when_everything_is_accepted():
@@ -306,19 +321,19 @@ def test_continuous_batching_matches_each_request_alone(tiny_target, k):
 
 
 def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
-    from specdec.engine.adaptive import IDLE_RECHECK
+    from specdec.engine.adaptive import RECHECK
     pol, batch = make_policy(MEMORY_BOUND)
     run(pol, batch, lambda k: 0, 30)                          # settled on k = 0
-    pol._idle_rounds = IDLE_RECHECK                           # due for an evaluation
+    pol._idle_rounds = pol._since = RECHECK              # due for an evaluation
     pol.choose(batch)
     charged = np.array(pol.last_choice["times"])
-    pol._idle_rounds = 0
+    pol._idle_rounds, pol._since = 0, RECHECK
     pol.choose(batch)
     fresh = np.array(pol.last_choice["times"])
     assert charged[0] == pytest.approx(fresh[0])              # plain decoding pays nothing
-    assert charged[1:] - fresh[1:] == pytest.approx(0.0005)   # IDLE_RECHECK tokens * t_draft / IDLE_RECHECK
+    assert charged[1:] - fresh[1:] == pytest.approx(0.0005)   # RECHECK tokens * t_draft / RECHECK
     # a resuming step that ran 20 ms over the model after 4 plain rounds: 5 ms per token
-    pol._idle_rounds, pol._prev_k = 4, 0
+    pol._idle_rounds, pol._prev_k, pol._since = 4, 0, RECHECK
     pol.choose(batch)
     pol.observe(batch, 1, [1] * 4, [0] * 4, float(pol._pred[1]) + 0.020)
     assert pol._resume[len(batch)] == pytest.approx(0.005)
