@@ -48,9 +48,11 @@ class AcceptanceTracker:
         self.rows_f = np.zeros((0, k_max))          # (R, k_max) decayed failures
         self.keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._pos = np.arange(k_max + 1)[None]      # (1, k_max+1) draft positions 0..k_max
+        self._queue: list[tuple] = []               # rounds and positions not folded in yet
 
     # ---- rows follow the engine's batch --------------------------------------------------
     def start(self, row: int) -> None:
+        self.flush()
         if row >= len(self.rows_s):
             grow = row + 1 - len(self.rows_s)
             self.rows_s = np.vstack([self.rows_s, np.zeros((grow, self.k_max))])
@@ -59,6 +61,7 @@ class AcceptanceTracker:
         self.rows_f[row] = 0.0
 
     def move_row(self, src: int, dst: int) -> None:
+        self.flush()
         self.rows_s[dst], self.rows_f[dst] = self.rows_s[src], self.rows_f[src]
 
     # ---- estimates --------------------------------------------------------------------------
@@ -69,6 +72,8 @@ class AcceptanceTracker:
 
     def proposer_means(self, key: str) -> np.ndarray:
         """(k_max,) E[a_j] at the proposer level."""
+        if self._queue:
+            self.flush()
         s, f = self._key(key)
         out, m = [], PRIOR_MEAN
         for sj, fj in zip(s.tolist(), f.tolist()):       # floats: a short chain, every step
@@ -92,7 +97,7 @@ class AcceptanceTracker:
         p[self._pos >= r] = 0.0                                                  # cap at r tokens
         return np.cumsum(p, axis=1).sum(axis=0)
 
-    # ---- updates ------------------------------------------------------------------------------
+    # ---- updates: queued as they come, folded in when an estimate is next read ------------
     def observe(self, key: str, num_draft: list[int], accepted: list[int], k: int | None = None,
                 accept_prob: list[list[float]] | None = None) -> None:
         """One round: row b drafted num_draft[b] tokens and had accepted[b] of them accepted.
@@ -102,58 +107,96 @@ class AcceptanceTracker:
         With `accept_prob` (row b: beta_j, the probability that draft j was accepted given its
         context; verify.rejection.acceptance_probability), each position verification
         reached counts beta_j successes and 1 - beta_j failures instead of the 0/1 outcome:
-        the same expectation, much less noise at temperature > 0 (Rao-Blackwell)."""
+        the same expectation, much less noise at temperature > 0 (Rao-Blackwell).
+
+        The round is queued, and folded in with the rounds queued beside it when an estimate
+        is next read: the policy reads every few rounds (adaptive.py, RECHECK), and folding
+        them together costs about what folding one does."""
         if k == 0 or (k is None and not any(num_draft)):
             self.idle(key, len(num_draft))
             return
-        gs, gf = self._key(key)
-        nd = np.asarray(num_draft, dtype=np.int64)                               # (B,)
-        want = np.full_like(nd, k) if k is not None else nd                      # asked per row
-        B, K = len(nd), self.k_max
-        m = np.asarray(accepted, dtype=np.int64)
-        active = want > 0
-        reached = np.minimum(np.minimum(m + 1, want), K)                         # positions 1..m+1 decided
-        pos = np.arange(K)[None]                                                 # (1, K)
-        seen = (pos < reached[:, None]) & active[:, None]                        # (B, K)
-        if accept_prob is None:
-            hit = (pos < m[:, None]).astype(float)
-        else:                                                                    # beyond the drafts made: a failure
-            beta = np.zeros((B, K))
-            width = min(K, len(accept_prob[0]) if B else 0)
-            if width:
-                beta[:, :width] = np.asarray(accept_prob, dtype=float)[:, :width]
-            hit = np.where(pos < np.minimum(nd, reached)[:, None], beta, 0.0)
-        hit = np.where(seen, hit, 0.0)
-        miss = seen - hit
-        gs *= PROPOSER_DECAY
-        gf *= PROPOSER_DECAY
-        decay = np.where(active, ROW_DECAY, 1.0)[:, None]
-        self.rows_s[:B] = self.rows_s[:B] * decay + hit
-        self.rows_f[:B] = self.rows_f[:B] * decay + miss
-        gs += hit.sum(0)
-        gf += miss.sum(0)
+        self._queue.append((key, k, list(num_draft), list(accepted), accept_prob))
 
     def observe_position(self, key: str, position: int, beta: list[float]) -> None:
         """Row b's acceptance probability at draft `position` (1-based), reached but not
-        drafted (engine/lookahead.py); NaN where a row has none. Added without decay: it
-        belongs to the previous round, and the current round's observe() decays it next."""
+        drafted (engine/lookahead.py); NaN where a row has none. It belongs to the previous
+        round: the next round's observe() decays it."""
         j = position - 1
-        if j >= self.k_max:
-            return
         seen = [(b, x) for b, x in enumerate(beta) if x == x]                    # a few rows
-        if not seen:
-            return
-        gs, gf = self._key(key)
-        for b, x in seen:
-            self.rows_s[b, j] += x
-            self.rows_f[b, j] += 1.0 - x
-            gs[j] += x
-            gf[j] += 1.0 - x
+        if j < self.k_max and seen:
+            self._queue.append((key, j, seen))
 
     def idle(self, key: str, n: int) -> None:
         """A round without drafting: let the evidence relax toward the prior."""
+        self.flush()
         gs, gf = self._key(key)
         gs *= IDLE_DECAY
         gf *= IDLE_DECAY
         self.rows_s[:n] *= ROW_IDLE_DECAY
         self.rows_f[:n] *= ROW_IDLE_DECAY
+
+    def flush(self) -> None:
+        """Fold the queued rounds in, in order: runs of rounds alike in proposer, k, batch size
+        and kind of evidence (with the position observations between them) at once."""
+        queue, self._queue = self._queue, []
+        i = 0
+        while i < len(queue):
+            sig, rounds, looks = None, [], []
+            while i < len(queue):
+                e = queue[i]
+                if len(e) == 3:                                                  # a position
+                    if sig is not None and e[0] != sig[0]:
+                        break
+                    looks.append((len(rounds), e))
+                else:
+                    width = -1 if e[4] is None else len(e[4][0]) if e[4] else 0
+                    s = (e[0], e[1], len(e[2]), width)
+                    if sig is not None and s != sig:
+                        break
+                    sig = s
+                    rounds.append(e)
+                i += 1
+            self._fold(sig[0] if sig else looks[0][1][0], sig[1] if sig else None, rounds, looks)
+
+    def _fold(self, key: str, k: int | None, rounds: list, looks: list) -> None:
+        gs, gf = self._key(key)
+        K, R = self.k_max, len(rounds)
+        after = g = None
+        if R:
+            nd = np.array([r[2] for r in rounds], dtype=np.int64)                # (R, B)
+            m = np.array([r[3] for r in rounds], dtype=np.int64)                 # (R, B) accepted
+            B = nd.shape[1]
+            want = np.full_like(nd, k) if k is not None else nd                  # asked per row
+            active = want > 0
+            reached = np.minimum(np.minimum(m + 1, want), K)                     # positions 1..m+1 decided
+            pos = np.arange(K)
+            seen = (pos < reached[..., None]) & active[..., None]                # (R, B, K)
+            if rounds[0][4] is None:
+                hit = (pos < m[..., None]).astype(float)
+            else:                                                                # beyond the drafts made: a failure
+                beta = np.zeros((R, B, K))
+                probs = np.asarray([r[4] for r in rounds], dtype=float)          # (R, B, width)
+                width = min(K, probs.shape[2]) if probs.ndim == 3 else 0
+                if width:
+                    beta[..., :width] = probs[..., :width]
+                hit = np.where(pos < np.minimum(nd, reached)[..., None], beta, 0.0)
+            hit = np.where(seen, hit, 0.0)
+            miss = seen - hit
+            decay = np.where(active, ROW_DECAY, 1.0)                             # (R, B)
+            after = np.ones((R + 1, B))                # after[t]: the decay of rounds t..R-1
+            after[:R] = np.cumprod(decay[::-1], axis=0)[::-1]
+            self.rows_s[:B] = self.rows_s[:B] * after[0][:, None] + np.einsum("rb,rbk->bk", after[1:], hit)
+            self.rows_f[:B] = self.rows_f[:B] * after[0][:, None] + np.einsum("rb,rbk->bk", after[1:], miss)
+            g = PROPOSER_DECAY ** np.arange(R, -1, -1.0)                         # g[t] = D^(R-t)
+            gs *= g[0]
+            gf *= g[0]
+            gs += g[1:] @ hit.sum(1)
+            gf += g[1:] @ miss.sum(1)
+        for t, (_, j, seen_rows) in looks:             # decayed by the rounds after their own
+            for b, x in seen_rows:
+                w = after[t, b] if after is not None and b < after.shape[1] else 1.0
+                wg = g[t] if g is not None else 1.0
+                self.rows_s[b, j] += w * x
+                self.rows_f[b, j] += w * (1.0 - x)
+                gs[j] += wg * x
+                gf[j] += wg * (1.0 - x)

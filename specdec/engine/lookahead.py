@@ -16,10 +16,11 @@ observation is dropped if the request left, the round in between drafted nothing
 proposer changed. Proposers without logits (n-gram, suffix, and auto, which merges drafts
 from several) give none.
 
-At most ROWS rows are observed per round, taking turns across the batch: each costs a
-softmax over the vocabulary and a copy of the target's probabilities, work that at batch 64
-came to several percent of a step, while a few observations a round are plenty for one
-position's estimate.
+At most ROWS rows are observed, taking turns across the batch, in every EVERY-th round:
+each costs a softmax over the vocabulary and a copy of the target's probabilities, and the
+observation as a whole some twenty small tensor operations, about 0.2 ms, 1-2% of a k = 2
+step at batch 4 (benchmarks/policy_overhead.py). A few observations every other round are
+plenty for one position's estimate, whose window is some 50 rounds.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from ..proposers.base import Draft
 from ..verify.sampling import BatchSampling
 
 ROWS = 4            # rows observed per round at most
+EVERY = 2           # observe after every this many rounds
 
 
 class Lookahead:
@@ -37,12 +39,15 @@ class Lookahead:
         self._p: torch.Tensor | None = None    # (n, V) target probs at the pending rows' bonus
         self._k, self._key = 0, None
         self._turn = 0                         # where the next round starts picking rows
+        self._round = 0
 
     def remember(self, batch, k: int, key: str, num_draft: list[int], accepted: list[int],
                  p_bonus: torch.Tensor | None) -> None:
         """After a round that drafted k (p_bonus: (B, V) the target's probabilities after the
         k-th draft, None for an all-greedy batch): rows that accepted every draft wait for q."""
-        rows = [b for b in range(len(batch)) if k > 0 and num_draft[b] == k and accepted[b] == k]
+        self._round += 1
+        due = k > 0 and self._round % EVERY == 0
+        rows = [b for b in range(len(batch)) if due and num_draft[b] == k and accepted[b] == k]
         if len(rows) > ROWS:                   # take turns: ROWS of them, from where we stopped
             start = self._turn % len(rows)
             rows = sorted((rows[start:] + rows[:start])[:ROWS])
@@ -66,12 +71,14 @@ class Lookahead:
         now = torch.tensor([b for b, _ in rows], device=dev)                       # (n,)
         then = [r for _, r in rows]
         lg = logits[now]                                                           # (n, V)
-        bonus = torch.tensor([batch[b].token_ids[-1] for b, _ in rows], device=dev)
-        beta = (lg.argmax(-1) == bonus).float()                                    # greedy rows
+        beta = None
+        if sampling.any_greedy or self._p is None:                                 # greedy rows
+            bonus = torch.tensor([batch[b].token_ids[-1] for b, _ in rows], device=dev)
+            beta = (lg.argmax(-1) == bonus).float()
         if self._p is not None and not sampling.all_greedy:
             q = sampling.probs(lg[:, None], now)[:, 0]                             # (n, V)
             overlap = torch.minimum(self._p[then], q).sum(-1).clamp_(0.0, 1.0)
-            beta = torch.where(sampling.greedy_mask[now], beta, overlap)
+            beta = overlap if beta is None else torch.where(sampling.greedy_mask[now], beta, overlap)
         out = torch.full((len(batch),), float("nan"), device=dev)
         out[now] = beta
         return self._k + 1, out

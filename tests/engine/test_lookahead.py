@@ -31,7 +31,8 @@ def _round(look: Lookahead, batch, sampling, accepted: list[int], k: int = 2):
     return look.betas(batch, draft, "draft", sampling)
 
 
-def test_rows_that_rejected_a_draft_report_nothing():
+def test_rows_that_rejected_a_draft_report_nothing(monkeypatch):
+    monkeypatch.setattr(lookahead, "EVERY", 1)
     batch, sampling = _batch(3)
     position, beta = _round(Lookahead(), batch, sampling, [2, 1, 2])
     assert position == 3
@@ -39,8 +40,9 @@ def test_rows_that_rejected_a_draft_report_nothing():
     assert all(0.0 <= x <= 1.0 for x in beta.tolist() if x == x)
 
 
-def test_at_most_ROWS_rows_a_round_taking_turns():
+def test_at_most_ROWS_rows_a_round_taking_turns(monkeypatch):
     """A large batch costs only ROWS softmaxes a round, and over rounds every row is seen."""
+    monkeypatch.setattr(lookahead, "EVERY", 1)
     B = 2 * lookahead.ROWS + 1
     batch, sampling = _batch(B)
     look, seen = Lookahead(), set()
@@ -50,3 +52,10 @@ def test_at_most_ROWS_rows_a_round_taking_turns():
         assert len(rows) == lookahead.ROWS
         seen |= rows
     assert seen == set(range(B))
+
+
+def test_observes_every_EVERY_rounds():
+    batch, sampling = _batch(2)
+    look = Lookahead()
+    got = [_round(look, batch, sampling, [2, 2]) is not None for _ in range(4 * lookahead.EVERY)]
+    assert sum(got) == 4 and got[lookahead.EVERY - 1]
