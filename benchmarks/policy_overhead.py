@@ -3,8 +3,11 @@
     python benchmarks/policy_overhead.py --out results/policy_overhead      # ~3 min
 
 Two engines on the default pair decode the same prompts at temperature 1: fixed k and
-adaptive, where adaptive makes its choice every step (and learns from every round) but is
-then made to draft the same k. They step in turn, alternating which goes first, so the
+adaptive, where adaptive runs its policy as usual (learning from every round, choosing k
+every few rounds while the batch is steady) but is then made to draft the same k. Pick
+--k as the k adaptive settles on in that regime (k = 2 at batch 4, k = 1 at batch 16 on
+random prompts): when its choice differs from the forced k it sees a switch and
+re-evaluates every round, which overstates its steady cost. They step in turn, alternating which goes first, so the
 difference of their median step times is what adaptive adds: choosing k, the acceptance
 probabilities in verification, the lookahead and the learning. Variants switch parts off
 to attribute it:
