@@ -15,10 +15,10 @@
   modelled step time), exponentially weighted per batch size. A factor, because a
   machine's slow or fast spell scales every k alike: the batch mostly runs one k, and the
   ridge then puts its residual into a_b, which scales every k by the same exp(a_b) and so
-  keeps the ratios between the k as measured. (The fit once used dt / predicted - 1,
-  clipped to [-0.5, 1] and applied as 1 + drift floored at 0.5: when the model had been
-  measured during a slow spell, the clip and the floor bound the long k first and made
-  them look cheap, and adaptive drafted k = 3-8 at batch 16, 0.84x the best fixed k.)
+  keeps the ratios between the k as measured. The slope is fitted about the mean observed
+  k (StepOverhead): fitted about k = 0, a residual seen only at k = 2 went partly into the
+  slope, which k = 8 multiplied fourfold, and with a model measured in a slow spell
+  adaptive drafted k = 3-8 at batch 16, 0.84x the best fixed k.
   Steps that are not typical of a k are left out of the fit: those that
   measured the cost model, ran a (b, k) shape for the first time (kernel set-up) or
   resumed drafting after k = 0 (the draft model catches up). Prefill never enters: the
@@ -134,7 +134,7 @@ class AdaptiveK:
         self._since, self._eval_b = RECHECK, 0     # rounds since the last evaluation, at batch size
         self._resume: dict[int, float] = {}           # b -> seconds per caught-up token
         self._curves: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
-        self._pred: np.ndarray | None = None       # model step times for k = 0..k_max, this step
+        self._pred: np.ndarray | None = None       # model step times for k = 0..k_max, at the last evaluation
         self._corrected: np.ndarray | None = None  # the same with the drift, sans catch-up
         self.last_choice: dict = {}                # for inspection: tokens, times, rate by k
 
