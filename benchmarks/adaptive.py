@@ -47,14 +47,22 @@ from specdec.defaults import default_draft, default_target
 from specdec.engine.build import load_models
 from specdec.engine.calibrate import round_timer
 
-CONFIGS = {"plain": ("none", 0), "k=1": ("draft", 1), "k=2": ("draft", 2), "k=4": ("draft", 4),
-           "k=8": ("draft", 8), "heuristic": ("draft", "heuristic"), "adaptive": ("draft", "auto")}
-FIXED = ("k=1", "k=2", "k=4", "k=8")
+FIXED_K = (1, 2, 4, 8)
 GOAL_PLAIN, GOAL_BEST = 0.97, 0.95     # adaptive >= 0.97x plain and >= 0.95x the best fixed k
 
 
-def spec_for(cfg: str, k_max: int) -> SpecConfig:
-    method, k = CONFIGS[cfg]
+def configs(fixed_k=FIXED_K) -> dict[str, tuple[str, int | str]]:
+    """Configuration name -> (proposer method, k): plain, each fixed k, the heuristic, adaptive."""
+    return {"plain": ("none", 0), **{f"k={k}": ("draft", k) for k in fixed_k},
+            "heuristic": ("draft", "heuristic"), "adaptive": ("draft", "auto")}
+
+
+def fixed_names(names) -> list[str]:
+    return [c for c in names if c.startswith("k=")]
+
+
+def spec_for(cfg: tuple[str, int | str], k_max: int) -> SpecConfig:
+    method, k = cfg
     return SpecConfig(method=method, k=k, k_max=k_max if isinstance(k, str) else max(k, 1))
 
 
@@ -68,7 +76,7 @@ def calibrated_cost(models, batch_sizes: list[int], k_max: int, prompt_tokens: i
     on first use, inside the measured window); cached on disk."""
     cost = CostModel.load_or_measure(models.target, models.draft, threads=threads, quick=False,
                                      k_max=k_max, batch_sizes=batch_sizes, remeasure=remeasure)
-    cost.attach_round_timer(round_timer(models.target, spec_for("adaptive", k_max), models.draft,
+    cost.attach_round_timer(round_timer(models.target, spec_for(configs()["adaptive"], k_max), models.draft,
                                         prompt_len=prompt_tokens))
     for b in batch_sizes:
         while cost.ensure_rounds(b, "draft:draft", sampled=True, everything=True):
@@ -80,8 +88,8 @@ def run_regime(models, workload: str, batch: int, args, cost) -> dict:
     n = REQUESTS.get(batch, batch)
     prompts = load_workload(workload, models.tokenizer, n=n, prompt_tokens=args.prompt_tokens,
                             seed=args.seed)
-    names = list(CONFIGS)
-    specs = {c: spec_for(c, args.k_max) for c in names}
+    names = list(configs(args.fixed_k))
+    specs = {c: spec_for(cfg, args.k_max) for c, cfg in configs(args.fixed_k).items()}
     max_len = args.prompt_tokens + 1 + args.max_new_tokens
     runs = []
     for r in range(args.repeats):
@@ -100,7 +108,7 @@ def summarise(r: dict) -> dict:
     and the median over repeats of the ratio within each repeat (the lockstep, side-by-side
     one: the machine's speed moved up to 30% between repeats, which the first mixes in)."""
     med = r["medians"]
-    best = max(FIXED, key=lambda c: med[c]["decode_tok_s"])
+    best = max(fixed_names(med), key=lambda c: med[c]["decode_tok_s"])
     ada = med["adaptive"]["decode_tok_s"]
     by_rep: dict[int, dict[str, float]] = {}
     for x in r["runs"]:
@@ -131,7 +139,7 @@ def goal_lines(results: list[dict]) -> list[str]:
 
 
 def markdown(results: list[dict], meta: dict) -> str:
-    cols = list(CONFIGS)
+    cols = list(results[0]["medians"])
     lines = [f"# Adaptive speculation benchmark\n", "```", json.dumps(meta, indent=1), "```\n",
              "Decode tokens/s (medians; prefill excluded). Goal: adaptive >= 0.97x plain and "
              ">= 0.95x the best fixed k.\n",
@@ -170,6 +178,8 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--k-max", type=int, default=8)
+    p.add_argument("--fixed-k", type=int, nargs="+", default=list(FIXED_K),
+                   help="the fixed k to compare against (default: 1 2 4 8)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="smoke run: batch 1 and 4, few tokens, 1 repeat")
@@ -201,7 +211,7 @@ def main(argv=None) -> int:
             r = run_regime(models, wl, b, args, cost)
             results.append(r)
             med = r["medians"]
-            print(f"{wl:>7} b={b:<3} " + "  ".join(f"{c} {med[c]['decode_tok_s']:.1f}" for c in CONFIGS)
+            print(f"{wl:>7} b={b:<3} " + "  ".join(f"{c} {med[c]['decode_tok_s']:.1f}" for c in med)
                   + f"  | adaptive/plain {r['adaptive_vs_plain']:.3f}"
                   + f" adaptive/best {r['adaptive_vs_best_fixed']:.3f}"
                   + f" (per repeat {statistics.median(r['lockstep_vs_plain']):.3f}"
