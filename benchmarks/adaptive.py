@@ -100,7 +100,11 @@ def run_regime(models, workload: str, batch: int, args, cost) -> dict:
                   "decode_s": run.decode_s, **run.metrics} for c, run in out.items()]
     med = {c: {key: statistics.median(x[key] for x in runs if x["config"] == c)
                for key in ("decode_tok_s", "acceptance_rate")} for c in names}
-    return summarise({"workload": workload, "batch": batch, "medians": med, "runs": runs})
+    # the cost model's plain step at the mean cache length: how far the machine ran from it
+    key, L = next(iter(cost.drafts), None), args.prompt_tokens + args.max_new_tokens // 2
+    plain_model_s = cost.t_round(key, batch, 0, L, sampled=True)
+    return summarise({"workload": workload, "batch": batch, "medians": med, "runs": runs,
+                      "plain_step_model_s": plain_model_s})
 
 
 def summarise(r: dict) -> dict:
@@ -117,6 +121,9 @@ def summarise(r: dict) -> dict:
              adaptive_vs_best_fixed=ada / med[best]["decode_tok_s"],
              lockstep_vs_plain=[v["adaptive"] / v["plain"] for v in by_rep.values()],
              lockstep_vs_best_fixed=[v["adaptive"] / v[best] for v in by_rep.values()])
+    if r.get("plain_step_model_s"):
+        steps = [x["decode_s"] / sum(x["k_hist"].values()) for x in r["runs"] if x["config"] == "plain"]
+        r["plain_step_vs_model"] = statistics.median(steps) / r["plain_step_model_s"]
     return r
 
 
@@ -151,13 +158,17 @@ def markdown(results: list[dict], meta: dict) -> str:
                      + f" | {r['adaptive_vs_plain']:.3f} | {r['adaptive_vs_best_fixed']:.3f} ({r['best_fixed']}) |")
     lines += ["", "Within each repeat (the configurations ran in lockstep on the same prompts): adaptive "
               "over plain and over the regime's best fixed k, median and range over the repeats. "
-              "The range is the noise the medians above carry.", "",
-              "| workload | batch | adaptive/plain | range | adaptive/best fixed | range |", "|---|---|---|---|---|---|"]
+              "The range is the noise the medians above carry. The last column is the plain "
+              "decoding step measured here over the cost model's (1.00: the machine ran as fast as "
+              "when it was calibrated; adaptive corrects for the difference, §3 of docs/adaptive.md).", "",
+              "| workload | batch | adaptive/plain | range | adaptive/best fixed | range | plain step / model |",
+              "|---|---|---|---|---|---|---|"]
     for r in results:
         vs_plain, vs_best = r["lockstep_vs_plain"], r["lockstep_vs_best_fixed"]
         lines.append(f"| {r['workload']} | {r['batch']} | {statistics.median(vs_plain):.3f} | "
                      f"{min(vs_plain):.2f}–{max(vs_plain):.2f} | {statistics.median(vs_best):.3f} | "
-                     f"{min(vs_best):.2f}–{max(vs_best):.2f} |")
+                     f"{min(vs_best):.2f}–{max(vs_best):.2f} | "
+                     + (f"{r['plain_step_vs_model']:.2f} |" if "plain_step_vs_model" in r else "– |"))
     lines += ["", f"Goal (adaptive >= {GOAL_PLAIN}x plain and >= {GOAL_BEST}x the best fixed k), "
               "checked at three decimals:", "", *goal_lines(results)]
     lines += ["", "Adaptive's k histogram (rounds per k, first repeat):", ""]

@@ -10,13 +10,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import adaptive  # noqa: E402
 
 
-def regime(per_repeat: list[dict[str, float]], workload="random", batch=64) -> dict:
-    """A regime's result as run_regime saves it, from each repeat's tokens/s per config."""
-    runs = [{"config": c, "repeat": i, "decode_tok_s": v, "k_hist": {"0": 1}}
+def regime(per_repeat: list[dict[str, float]], workload="random", batch=64, model_s=None) -> dict:
+    """A regime's result as run_regime saves it, from each repeat's tokens/s per config
+    (one token per round, 64 rounds)."""
+    runs = [{"config": c, "repeat": i, "decode_tok_s": v, "decode_s": 64 / v, "k_hist": {"0": 64}}
             for i, rep in enumerate(per_repeat) for c, v in rep.items()]
     med = {c: {"decode_tok_s": sorted(rep[c] for rep in per_repeat)[len(per_repeat) // 2],
                "acceptance_rate": 0.0} for c in per_repeat[0]}
-    return adaptive.summarise({"workload": workload, "batch": batch, "medians": med, "runs": runs})
+    r = {"workload": workload, "batch": batch, "medians": med, "runs": runs}
+    return adaptive.summarise(r if model_s is None else {**r, "plain_step_model_s": model_s})
 
 
 def rep(plain, ada, k1=None):
@@ -50,9 +52,10 @@ def test_goal_lines_name_each_miss_at_three_decimals():
 
 
 def test_render_rewrites_the_markdown_from_saved_json(tmp_path):
-    results = [regime([rep(1000, 968)] * 3)]
+    results = [regime([rep(1000, 968)] * 3, model_s=1 / 1250)]
+    assert abs(results[0]["plain_step_vs_model"] - 1.25) < 1e-9    # plain steps 1 ms, model 0.8 ms
     (tmp_path / "adaptive.json").write_text(json.dumps({"meta": {"repeats": 3}, "results": results}))
     assert adaptive.main(["--out", str(tmp_path), "--render"]) == 0
     md = (tmp_path / "adaptive.md").read_text()
     assert "| random | 64 |" in md and "random/64 vs plain 0.968" in md
-    assert "batch 64: {0: 1}" in md
+    assert "batch 64: {0: 64}" in md and "0.97–0.97 | 1.25 |" in md
