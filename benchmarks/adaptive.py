@@ -88,8 +88,8 @@ def run_regime(models, workload: str, batch: int, args, cost) -> dict:
     n = REQUESTS.get(batch, batch)
     prompts = load_workload(workload, models.tokenizer, n=n, prompt_tokens=args.prompt_tokens,
                             seed=args.seed)
-    names = list(configs(args.fixed_k))
     specs = {c: spec_for(cfg, args.k_max) for c, cfg in configs(args.fixed_k).items()}
+    names = list(specs)
     max_len = args.prompt_tokens + 1 + args.max_new_tokens
     runs = []
     for r in range(args.repeats):
@@ -110,7 +110,7 @@ def run_regime(models, workload: str, batch: int, args, cost) -> dict:
 def summarise(r: dict) -> dict:
     """Adds the regime's ratios to r. Two statistics: the ratio of the medians of tokens/s,
     and the median over repeats of the ratio within each repeat (the lockstep, side-by-side
-    one: the machine's speed moved up to 30% between repeats, which the first mixes in)."""
+    one: the machine's speed moved by up to 46% between repeats, which the first mixes in)."""
     med = r["medians"]
     best = max(fixed_names(med), key=lambda c: med[c]["decode_tok_s"])
     ada = med["adaptive"]["decode_tok_s"]
