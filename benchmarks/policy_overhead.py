@@ -99,7 +99,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     models = load_models(default_target(), default_draft(), threads=args.threads)
-    cost = calibrated_cost(models, [args.batch], args.k_max, args.prompt_tokens, args.threads)
+    cost = calibrated_cost(models, args.batch, args.k_max, args.prompt_tokens, args.threads)
     prompts = load_workload(args.workload, models.tokenizer, n=args.batch, prompt_tokens=args.prompt_tokens, seed=0)
     rows = []
     for name, off in VARIANTS.items():

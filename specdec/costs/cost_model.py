@@ -281,6 +281,12 @@ class CostModel:
         return got
 
     @property
+    def version(self) -> int:
+        """Bumped by every measurement (forwards or rounds): compared around a timed window, it
+        tells whether the engine measured anything inside it."""
+        return self._version
+
+    @property
     def times_rounds(self) -> bool:
         """Whether a round timer is attached (see attach_round_timer)."""
         return self._round_timer is not None
