@@ -23,7 +23,10 @@ class Linear(nn.Linear):
     kernel: LinearKernel | None = None
 
     def prepare(self, kernel: LinearKernel) -> None:
-        self.kernel, self.packed = kernel, kernel.pack(self.weight)
+        # derived from the weight, not state: a plain tensor, out of parameters() and state_dict()
+        # (the stock kernel "packs" to the weight Parameter itself, which would register anew)
+        self._parameters.pop("packed", None)
+        self.kernel, self.packed = kernel, kernel.pack(self.weight).detach()
 
     def forward(self, x):
         if self.kernel is None or torch.is_grad_enabled():
