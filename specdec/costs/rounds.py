@@ -13,12 +13,17 @@ supplies (engine/calibrate.py), one table per proposer and sampling mode. The ov
     overhead(b, k) = step(b, k) - [t_target(b, k+1, L) + k * t_draft(b, L)]
 
 with the forward-only model evaluated at the cache length L the step ran at. Per batch row
-the step is the measured one at k = 0 (plain decoding) and a + c * k for k >= 1: drafting
-at all has a fixed cost, each drafted token a further one, and measured steps are close to
-linear in k. The line's slope is Theil-Sen's (the median of pairwise slopes) over every
-measured k >= 1, so that a step disturbed by the machine cannot bend it, and the line is
-used at measured k too: a smooth fit through many noisy points beats any one of them. It
-passes through the measured k = 1 step, though, rather than Theil-Sen's median intercept:
+the step is the measured one at k = 0 (plain decoding) and, for k >= 1, the measured step
+where there is one that lies between its measured neighbours in k, else a + c * k: drafting
+at all has a fixed cost, each drafted token a further one. Measured steps are used as they
+are because they are not linear in k where the kernel has cliffs: with the stock F.linear
+kernel on this project's machine, batch 1 measured 7.7, 9.5, 11.5, 15.1, 16.9 ms for
+k = 0..4, the forward alone jumping 1.6 ms from 3 to 4 positions, and a line through k = 1
+priced k = 3 at 13.4 ms, so adaptive drafted k = 3 in 40% of its rounds at code/1 where
+k = 2 was 8% faster (0.94x fixed k = 2). A step out of order with its neighbours (a burst
+of other work hit it) gives way to the line. The line's slope is Theil-Sen's (the median of
+pairwise slopes) over every measured k >= 1, so that such a step cannot bend it. It
+passes through the measured k = 1 step rather than Theil-Sen's median intercept:
 k = 1 against k = 0 is the close call at large batches, and there the steps curve upward
 in k (batch 64: 27, 48, 65, 92, 113 ms for k = 0..4), so a line through all of them put
 k = 1 at 1.62 plain steps where it measured 1.75, and adaptive drafted where plain decoding
@@ -86,6 +91,19 @@ class RoundTable:
             self._fits[key] = (plain, line, L)
         return self._fits[key]
 
+    def _trusted(self, r: int, k: float) -> bool:
+        """Whether row r's measured step at k stands for k: it lies between the measured steps
+        at its nearest measured neighbours in k (drafting more never costs less). A step
+        disturbed by other work on the machine breaks that and gives way to the line."""
+        if (r, k) not in self.points:
+            return False
+        ks = self.ks(r)
+        i = ks.index(k)
+        t = self.points[(r, k)][0]
+        lo = self.points[(r, ks[i - 1])][0] if i > 0 else 0.0
+        hi = self.points[(r, ks[i + 1])][0] if i + 1 < len(ks) else float("inf")
+        return lo <= t <= hi
+
     def step(self, b: float, k: float, forward: Forward, L: float | None = None) -> float | None:
         """Seconds of a real step drafting k at batch b and cache length L (None: as measured),
         or None when nothing has been measured. Within a row: the plain step at k = 0, the
@@ -97,6 +115,9 @@ class RoundTable:
 
         def at_row(r: int) -> float:            # the row's step, as an offset from the forwards
             plain, line, Lr = self._fit(r)
+            if k >= 1 and self._trusted(r, k):    # measured: the step itself (kernel cliffs)
+                t, Lk = self.points[(r, k)]
+                return t - forward(r, k, Lk)
             t = plain if k < 1 else line[0] + line[1] * k
             return t - forward(r, k, Lr)
         off = _interp(rows, [at_row(r) for r in rows], b)

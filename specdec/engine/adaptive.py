@@ -19,6 +19,9 @@
   k (StepOverhead): fitted about k = 0, a residual seen only at k = 2 went partly into the
   slope, which k = 8 multiplied fourfold, and with a model measured in a slow spell
   adaptive drafted k = 3-8 at batch 16, 0.84x the best fixed k.
+  On top of the line, each k's own mean residual off it (shrunk toward the line by SHAPE_N
+  pseudo-steps) corrects a k that the cost model got wrong in shape, such as a kernel cliff
+  at one number of positions; one k observed alone gets none (its residual is the line's).
   Steps that are not typical of a k are left out of the fit: those that
   measured the cost model, ran a (b, k) shape for the first time (kernel set-up) or
   resumed drafting after k = 0 (the draft model catches up). Prefill never enters: the
@@ -62,6 +65,7 @@ FIT_DECAY = 0.95      # per observed step (~20 steps) in the overhead fit
 RECHECK = 4           # at an unchanged batch size, re-evaluate every this many rounds
 FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind the intercept (and, at k = k_max/2,
                       # behind the slope): one odd step cannot swing the fit
+SHAPE_N = 2.0         # pseudo-steps on the line behind each k's own mean residual
 LOG_CLIP = 1.0        # one step's log residual counts at most +-1 (a factor of e): a stall
                       # (another process, a page fault) cannot swing the fit either
 
@@ -77,16 +81,26 @@ class StepOverhead:
     k = 8 looked cheaper than it was and adaptive drafted it.) Each batch size's fit shrinks
     toward a fit over all batch sizes, which itself shrinks toward zero: a batch size met for
     the first time (a closed batch's tail) starts from how the machine runs now, not from
-    the raw model. Plain floats, closed form: it runs every step, where numpy's per-call
+    the raw model. Each k's exponentially weighted mean residual, measured from the data's
+    centre line (mean residual at the mean k, the fitted slope) and shrunk by SHAPE_N, is
+    added where the line cannot fit: a k that runs dearer than its neighbours. Plain floats, closed form: it runs every step, where numpy's per-call
     overhead would show."""
 
     ALL = -1                                        # the key of the fit over all batch sizes
 
     def __init__(self, k_max: int):
         self.ridge_c = FIT_RIDGE * max(1.0, k_max / 2) ** 2
+        self.k_max = k_max
         self.sums: dict[int, list[float]] = {}     # b -> [n, Sk, Skk, Sr, Skr]
+        self.shape: dict[int, tuple[list[float], list[float]]] = {}   # b -> (weight, residual sum) per k
 
     def observe(self, b: int, k: int, residual: float) -> None:
+        w, s = self.shape.setdefault(b, ([0.0] * (self.k_max + 1), [0.0] * (self.k_max + 1)))
+        for j in range(len(w)):                     # every k of this batch size forgets alike
+            w[j] *= FIT_DECAY
+            s[j] *= FIT_DECAY
+        w[k] += 1.0
+        s[k] += residual
         d = FIT_DECAY
         for key in (b, self.ALL):
             n, sk, skk, sr, skr = self.sums.get(key, (0.0, 0.0, 0.0, 0.0, 0.0))
@@ -109,7 +123,14 @@ class StepOverhead:
 
     def predict(self, b: int, ks: np.ndarray) -> np.ndarray:
         a, c = self.coefficients(b)
-        return a + c * ks
+        out = a + c * ks
+        if b in self.shape:
+            # each k's own mean residual off the data's centre line (mean residual at the mean k,
+            # the fitted slope; no ridge: one k alone sits exactly on it), shrunk by SHAPE_N
+            w, s = self.shape[b]
+            n, sk, _, sr, _ = self.sums[b]
+            out = out + np.array([(s[k] - w[k] * (sr / n + c * (k - sk / n))) / (w[k] + SHAPE_N) for k in ks])
+        return out
 
 
 class AdaptiveK:

@@ -210,6 +210,18 @@ def test_overhead_seen_at_one_k_moves_every_k_alike():
     assert np.allclose(pred, pred[2])                   # no slope from one k: k = 8 is not cheaper
 
 
+def test_overhead_learns_a_k_that_sits_off_the_line():
+    """A kernel cliff the cost model missed: k = 3 runs 30% over the model while k = 2 and 4 run
+    as modelled. A line cannot fit that; each k's own residual, shrunk toward it, does."""
+    fit = StepOverhead(K_MAX)
+    for i in range(300):
+        k = (2, 3, 4)[i % 3]
+        fit.observe(1, k, 0.26 if k == 3 else 0.0)
+    p2, p3, p4 = fit.predict(1, np.array([2, 3, 4]))
+    assert p3 - p2 > 0.15 and p3 - p4 > 0.15 and abs(p2 - p4) < 0.01     # 0.26 apart, shrunk
+    assert fit.predict(1, np.array([6]))[0] == pytest.approx(0.26 / 3, abs=0.01)   # unseen: the line
+
+
 @pytest.mark.parametrize("factor", [0.6, 1.5])
 def test_a_uniformly_faster_or_slower_machine_does_not_change_the_choice(factor):
     """Steps that all run `factor` times the model's time (a model measured in a slow or fast
