@@ -13,15 +13,19 @@ supplies (engine/calibrate.py), one table per proposer and sampling mode. The ov
     overhead(b, k) = step(b, k) - [t_target(b, k+1, L) + k * t_draft(b, L)]
 
 with the forward-only model evaluated at the cache length L the step ran at. Per batch row
-the step is the measured one at k = 0 (plain decoding) and, for k >= 1, the measured step
-where there is one that lies between its measured neighbours in k, else a + c * k: drafting
-at all has a fixed cost, each drafted token a further one. Measured steps are used as they
-are because they are not linear in k where the kernel has cliffs: with the stock F.linear
-kernel on this project's machine, batch 1 measured 7.7, 9.5, 11.5, 15.1, 16.9 ms for
-k = 0..4, the forward alone jumping 1.6 ms from 3 to 4 positions, and a line through k = 1
-priced k = 3 at 13.4 ms, so adaptive drafted k = 3 in 40% of its rounds at code/1 where
-k = 2 was 8% faster (0.94x fixed k = 2). A step out of order with its neighbours (a burst
-of other work hit it) gives way to the line. The line's slope is Theil-Sen's (the median of
+the step is the measured one at k = 0 (plain decoding) and, for k >= 1, the line a + c * k
+(drafting at all has a fixed cost, each drafted token a further one), raised to the
+measured step where that lies above it. Steps are not linear in k where the kernel has
+cliffs: with the stock F.linear kernel on this project's machine, batch 1 measured 7.7,
+9.5, 11.5, 15.1, 16.9 ms for k = 0..4, the forward alone jumping 1.6 ms from 3 to 4
+positions, and the line through k = 1 priced k = 3 at 13.4 ms, so adaptive drafted k = 3
+in half its rounds at code/1 where k = 2 was 8% faster (0.94x fixed k = 2). A step below
+the line is not believed: the policy's argmax is drawn to whichever k is priced too low,
+and a batch-16 row measured k = 4 at 4 ms over k = 3 where its other steps were 7-9 ms
+apart drew adaptive to k = 4 (0.93x fixed k = 2 at prose/16) when measured steps stood
+for their k either way. Pricing a k too high costs less: the policy passes over one of
+several nearly tied k. A step out of order with its neighbours (a burst of other work hit
+it) is not believed either. The line's slope is Theil-Sen's (the median of
 pairwise slopes) over every measured k >= 1, so that such a step cannot bend it. It
 passes through the measured k = 1 step rather than Theil-Sen's median intercept:
 k = 1 against k = 0 is the close call at large batches, and there the steps curve upward
@@ -115,11 +119,11 @@ class RoundTable:
 
         def at_row(r: int) -> float:            # the row's step, as an offset from the forwards
             plain, line, Lr = self._fit(r)
-            if k >= 1 and self._trusted(r, k):    # measured: the step itself (kernel cliffs)
+            off = (plain if k < 1 else line[0] + line[1] * k) - forward(r, k, Lr)
+            if k >= 1 and self._trusted(r, k):    # measured above the line: a kernel cliff
                 t, Lk = self.points[(r, k)]
-                return t - forward(r, k, Lk)
-            t = plain if k < 1 else line[0] + line[1] * k
-            return t - forward(r, k, Lr)
+                off = max(off, t - forward(r, k, Lk))
+            return off
         off = _interp(rows, [at_row(r) for r in rows], b)
         Lb = _interp(rows, [self._fit(r)[2] for r in rows], b)
         return forward(b, k, Lb if L is None else L) + off
