@@ -1,16 +1,9 @@
 """Shared fixtures: tiny seeded models (random weights) and checkpoint directories."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-# One kernel for every test run, not the one a start-up timing happens to pick: the stock
-# F.linear is not bitwise invariant to the number of positions (test_exactness fails with it),
-# and which kernel wins the timing varies with the machine's load. Falls back to stock where
-# oneDNN is missing; tests/models/test_linear.py covers both kernels explicitly.
-os.environ.setdefault("SPECDEC_LINEAR", "onednn")
-
-import pytest  # noqa: E402
+import pytest
 import torch
 
 from specdec.models.config import ModelConfig

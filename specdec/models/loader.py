@@ -38,8 +38,9 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
-               prepare: bool = True) -> LlamaModel:
-    """Build a `LlamaModel` from a checkpoint directory and load its weights."""
+               prepare: bool = True, exact: bool = True) -> LlamaModel:
+    """Build a `LlamaModel` from a checkpoint directory and load its weights. `exact`: a
+    row-invariant linear kernel (a target's; models/linear.py), else the fastest (a draft's)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {path}")
@@ -57,7 +58,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     model = model.to(device=device, dtype=dtype)
     if prepare:
         model.prepare(choose_kernel(torch.device(device).type, cfg.hidden_size,
-                                    cfg.intermediate_size))
+                                    cfg.intermediate_size, exact))
     return model
 
 

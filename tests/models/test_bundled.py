@@ -40,3 +40,20 @@ def test_generate_with_no_flags_prints_python(capsys):
     assert code == 0 and len(out["token_ids"]) > 0
     text = out["text"]
     assert "\n" in text and any(w in text for w in ("return", "=", "(", "if ", "parser"))
+
+
+def test_the_bundled_target_runs_a_row_invariant_kernel(monkeypatch):
+    """Greedy speculation is lossless only if the target's forward is shape-invariant, so the
+    target never takes a kernel by timing (docs/exactness.md); the draft may."""
+    from specdec.engine.build import load_models
+    from specdec.models import linear
+    if not linear._onednn_available(torch.device("cpu")):
+        pytest.skip("oneDNN unavailable")
+    monkeypatch.delenv("SPECDEC_LINEAR", raising=False)
+    linear.choose_kernel.cache_clear()
+    try:
+        models = load_models(MODELS_DIR / "target", default_draft())
+    finally:
+        linear.choose_kernel.cache_clear()
+    assert models.target.kernel.row_invariant
+    assert models.draft.kernel.name in linear.KERNELS
