@@ -16,8 +16,14 @@ acceptance tracker (engine/acceptance.py) learns from every round as usual. For 
   and admission steps (prefill; neither timed nor counted here, as in
   benchmarks/adaptive.py) weigh more in a larger k's run, which takes fewer rounds.
 
-An unbiased estimate matches realized at every drafted position, whatever the k. Writes
-<out>/acceptance_check.json and <out>/acceptance_check.md.
+An unbiased estimate matches realized at every drafted position, whatever the k.
+
+- simulated: the full-batch and tail rounds a closed batch of identical rows would take
+  (each row's accepted count drawn independently every round from the realized P(A >= j);
+  means over 2000 draws), beside the measured ones. Where they agree, the tail comes from
+  chance alone; measured tail rounds beyond it come from rows that differ.
+
+Writes <out>/acceptance_check.json and <out>/acceptance_check.md.
 """
 from __future__ import annotations
 
@@ -67,19 +73,35 @@ def run_forced(models, cost, prompts, params, k: int, args) -> dict:
             "tok_s": sum(e[2] for e in by_rows.values()) / sum(e[1] for e in by_rows.values())}
 
 
+def simulate_closed_batch(realized: list[float], rows: int, tokens: int, draws: int = 2000,
+                          seed: int = 0) -> tuple[float, float]:
+    """-> mean (full-batch rounds, rounds with fewer rows) for `rows` identical requests of
+    `tokens` tokens, each round emitting 1 + A tokens per row with P(A >= j) = realized[j-1]."""
+    at_least = np.array([1.0] + list(realized) + [0.0])                         # P(A >= j), j = 0..k+1
+    p = np.clip(at_least[:-1] - at_least[1:], 0.0, None)                       # P(A = j), j = 0..k
+    rng = np.random.default_rng(seed)
+    full = tail = 0
+    for _ in range(draws):
+        made = np.zeros(rows)
+        while (active := made < tokens).any():
+            full, tail = (full + 1, tail) if active.all() else (full, tail + 1)
+            made[active] += 1 + rng.choice(len(p), size=int(active.sum()), p=p / p.sum())
+    return full / draws, tail / draws
+
+
 def render(result: dict) -> str:
     out = [f"{result['workload']}, batch {result['batch']}, temperature 1, {result['threads']} threads: "
            "P(A >= j), the tracker's estimate (mean over the run) / realized", "",
            "| k | " + " | ".join(f"j={j}" for j in range(1, result["k_max"] + 1))
-           + " | decode tok/s | full-batch tok/s (rounds) | fewer rows (rounds) |",
-           "|---|" + "---|" * (result["k_max"] + 3)]
+           + " | decode tok/s | full-batch tok/s (rounds) | fewer rows (rounds) | simulated full / fewer |",
+           "|---|" + "---|" * (result["k_max"] + 4)]
     for r in result["runs"]:
         cells = [f"{e:.3f} / {r['realized'][j]:.3f}" if j < len(r["realized"]) else f"{e:.3f}"
                  for j, e in enumerate(r["estimate"])]
         full = r["by_rows"].get(result["batch"], {"rounds": 0, "tok_s": float("nan")})
         tail = sum(v["rounds"] for b, v in r["by_rows"].items() if b != result["batch"])
         out.append(f"| {r['k']} | " + " | ".join(cells) + f" | {r['tok_s']:.1f} | {full['tok_s']:.1f} "
-                   f"({full['rounds']}) | {tail} |")
+                   f"({full['rounds']}) | {tail} | " + ("{:.1f} / {:.1f}".format(*r["simulated"]) if "simulated" in r else "–") + " |")
     return "\n".join(out + ["", f"    {result['command']}", ""])
 
 
@@ -105,6 +127,9 @@ def main(argv=None) -> dict:
     params = [SamplingParams(temperature=1.0, seed=1000 * i + 7, max_new_tokens=args.max_new_tokens,
                              ignore_eos=True) for i in range(len(prompts))]
     runs = [run_forced(models, cost, prompts, params, k, args) for k in args.k]
+    if args.batch > 1 and len(prompts) == args.batch:          # one closed batch
+        for r in runs:
+            r["simulated"] = simulate_closed_batch(r["realized"], args.batch, args.max_new_tokens)
     result = {"workload": args.workload, "batch": args.batch, "k_max": args.k_max, "threads": args.threads,
               "runs": runs, "command": "python benchmarks/acceptance_check.py " + " ".join(argv or sys.argv[1:])}
     args.out.mkdir(parents=True, exist_ok=True)
