@@ -89,13 +89,26 @@ class AcceptanceTracker:
 
     def expected_tokens(self, key: str, remaining: list[int]) -> np.ndarray:
         """(k_max + 1,) sum over rows of E[tokens emitted this round] for k = 0..k_max."""
+        return np.cumsum(self._reach(key, remaining), axis=1).sum(axis=0)
+
+    def row_tokens(self, key: str, remaining: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, var), each (n, k_max + 1): row r's tokens emitted this round, T = 1 + A capped
+        at its remaining tokens, for k = 0..k_max. E[T] = sum_i P(T >= i) and
+        E[T^2] = sum_i (2i - 1) P(T >= i), with P(T >= i) = P(A >= i - 1)."""
+        p = self._reach(key, remaining)                                          # (n, k_max+1)
+        mean = np.cumsum(p, axis=1)
+        second = np.cumsum((2 * self._pos + 1) * p, axis=1)
+        return mean, np.maximum(second - mean * mean, 0.0)
+
+    def _reach(self, key: str, remaining: list[int]) -> np.ndarray:
+        """(n, k_max + 1) P(A >= i) for i = 0..k_max per row, 0 where i >= its remaining tokens."""
         n = len(remaining)
         a = self.row_means(key, n)                                               # (n, k_max)
         p = np.ones((n, self.k_max + 1))
         np.cumprod(a, axis=1, out=p[:, 1:])                                      # (n, k_max+1)
         r = np.asarray(remaining)[:, None]
         p[self._pos >= r] = 0.0                                                  # cap at r tokens
-        return np.cumsum(p, axis=1).sum(axis=0)
+        return p
 
     # ---- updates: queued as they come, folded in when an estimate is next read ------------
     def observe(self, key: str, num_draft: list[int], accepted: list[int], k: int | None = None,

@@ -101,7 +101,7 @@ class Engine:
         admitted = self._admit()
         if admitted or not self.running:
             return admitted
-        batch = Batch(self.running, self._batch_sampling())
+        batch = Batch(self.running, self._batch_sampling(), draining=not self.waiting)
         B = len(batch)
         # 2. Choose k for this round (fixed, heuristic or from the cost model).
         self.proposer.plan(batch)

@@ -21,11 +21,13 @@ import torch
 
 
 class Batch(list):
-    """The running sequences, row i = self[i], plus their sampling settings as tensors."""
+    """The running sequences, row i = self[i], plus their sampling settings as tensors and
+    whether the batch is draining (no request waits for a row, so none refills one)."""
 
-    def __init__(self, seqs, sampling):
+    def __init__(self, seqs, sampling, draining: bool = False):
         super().__init__(seqs)
         self.sampling = sampling  # verify.sampling.BatchSampling
+        self.draining = draining
 
 
 @dataclass

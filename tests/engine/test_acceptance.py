@@ -106,3 +106,17 @@ def test_observation_past_k_counts_at_that_position_only():
             t.observe("y", [1], [1], k=1, accept_prob=[[0.6]])
         look.observe_position("y", 2, [0.95])
     assert inherit.row_means("y", 1)[0, 1] < 0.7 < 0.9 < look.row_means("y", 1)[0, 1]
+
+
+def test_row_tokens_mean_and_variance_of_a_round():
+    acc = AcceptanceTracker(3)
+    acc.start(0)
+    acc.start(1)
+    a = acc.row_means("d", 2)[0]                                # the prior's E[a_j], same for both rows
+    mean, var = acc.row_tokens("d", [50, 2])
+    assert mean.sum(axis=0) == pytest.approx(acc.expected_tokens("d", [50, 2]))
+    # row 0 at k = 1: T = 1 + Bernoulli(a_1)
+    assert mean[0, 1] == pytest.approx(1 + a[0]) and var[0, 1] == pytest.approx(a[0] * (1 - a[0]))
+    assert var[0, 0] == 0.0 and mean[0, 0] == 1.0
+    # row 1 has 2 tokens left: from k = 1 on it is capped, so longer drafts add nothing
+    assert mean[1, 3] == pytest.approx(mean[1, 1]) and var[1, 3] == pytest.approx(var[1, 1])
