@@ -44,3 +44,42 @@ def test_rows_that_differ_are_waited_for():
     got = drain_seconds(mean, var, [30, 30], step)
     assert got[1] == pytest.approx(30 / 1.2 * 1.6)          # the slow row sets the finish
     assert int(np.argmin(got)) == 0                         # where the rate (4.2 vs 2 tokens) says k = 1
+
+
+def _simulate(a: np.ndarray, k: int, remaining: int, step: np.ndarray, sims: int = 4000) -> float:
+    """Mean seconds until a closed batch's last row finishes, by direct simulation: row r
+    drafts k tokens a round, draft j accepted with probability a[r, j] once 1..j-1 were, and
+    emits 1 + A tokens (at most what it has left); a round costs step[live rows - 1, k]."""
+    rng = np.random.default_rng(1)
+    n = a.shape[0]
+    left = np.full((sims, n), remaining)                                  # (S, n)
+    total = np.zeros(sims)
+    while (left > 0).any():
+        live = left > 0
+        total += np.where(live.any(axis=1), step[np.maximum(live.sum(axis=1) - 1, 0), k], 0.0)
+        ok = rng.random((sims, n, k)) < a[None, :, :k]                    # (S, n, k)
+        accepted = np.cumprod(ok, axis=2).sum(axis=2)                     # (S, n) leading successes
+        left = np.where(live, np.maximum(left - 1 - accepted, 0), 0)
+    return float(total.mean())
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_matches_a_simulated_closed_batch(spread):
+    """The normal approximation against the process it models: 16 rows, 64 tokens each, the
+    acceptance of the bundled pair on code (0.79, 0.8, 0.8, ..), a step that grows with the
+    live rows and the drafted positions; with `spread`, half the rows accept far less."""
+    n, K, R = 16, 5, 64
+    a = np.tile([0.79, 0.81, 0.8, 0.8, 0.8], (n, 1))
+    if spread:
+        a[n // 2:] = 0.45
+    reach = np.ones((n, K + 1))
+    reach[:, 1:] = np.cumprod(a, axis=1)                                  # P(A >= i)
+    pos = np.arange(K + 1)
+    mean = np.cumsum(reach, axis=1)
+    var = np.cumsum((2 * pos + 1) * reach, axis=1) - mean ** 2
+    sizes = np.arange(1, n + 1)[:, None]
+    step = 0.03 + 0.002 * sizes * (1 + 0.5 * pos[None])                   # (n, K+1)
+    got = drain_seconds(mean, var, [R] * n, step)
+    want = np.array([_simulate(a, k, R, step) for k in range(K + 1)])
+    assert got == pytest.approx(want, rel=0.04)
+    assert want[int(np.argmin(got))] <= want.min() * 1.01                 # picks a k within 1% of the best
