@@ -6,8 +6,8 @@
 
 - Near-ties go to the smaller k (TIE = 2%). The estimates of deep positions rest on the
   fewest observations, and an argmax over noisy estimates picks the ones that came out
-  high: at random/4 adaptive drafted k = 3 in most rounds of 4 of 9 repeats, each k = 3
-  round cost 13-16% more than a k = 2 one for 10-12% more tokens, and those repeats ran at
+  high: at random/4 adaptive drafted k = 3 in most rounds of 4 of 9 repeats, whose rounds
+  cost 11-16% more than fixed k = 2's for 4-12% more tokens, and those repeats ran at
   0.93-0.96x fixed k = 2 (docs/adaptive.md, run K). A smaller k also spreads the rows
   less and wastes less draft work when the estimate is wrong.
 
