@@ -1,15 +1,7 @@
 """`k="auto"`: each round, draft the k that maximises expected tokens per second.
 
-    rate(k) = sum_rows E[tokens | a_row, k]  /  T(b, k)
+    k* = argmax_{k in 0..k_max}  sum_rows E[tokens | a_row, k]  /  T(b, k)
     T(b, k) = t_round(b, k, L, mode) * exp(drift(b, k))
-    k* = the smallest k with rate(k) >= (1 - TIE) * max_k rate(k)
-
-- Near-ties go to the smaller k (TIE = 2%). The estimates of deep positions rest on the
-  fewest observations, and an argmax over noisy estimates picks the ones that came out
-  high: at random/4 adaptive drafted k = 3 in most rounds of 4 of 9 repeats, whose rounds
-  cost 11-16% more than fixed k = 2's for 4-12% more tokens, and those repeats ran at
-  0.93-0.96x fixed k = 2 (docs/adaptive.md, run K). A smaller k also spreads the rows
-  less and wastes less draft work when the estimate is wrong.
 
 - E[tokens | a, k] comes from per-position Beta posteriors per request and per proposer
   (acceptance.py), capped by each request's remaining max_new_tokens.
@@ -85,12 +77,6 @@ FIT_RIDGE = 1.0       # pseudo-steps of zero residual behind the intercept (and,
 SHAPE_N = 2.0         # pseudo-steps on the line behind each k's own mean residual
 LOG_CLIP = 1.0        # one step's log residual counts at most +-1 (a factor of e): a stall
                       # (another process, a page fault) cannot swing the fit either
-TIE = 0.02            # a larger k must beat the best smaller one by more than this (module doc)
-
-
-def near_best(score: np.ndarray) -> int:
-    """The smallest k whose score (higher is better) is within TIE of the best."""
-    return int(np.flatnonzero(score >= (1.0 - TIE) * score.max())[0])
 
 
 class StepOverhead:
@@ -222,11 +208,11 @@ class AdaptiveK:
                 per_token = self.cost.t_draft(key, b, L) * float(times[1] / self._pred[1])
             times[1:] += min(self._idle_rounds, RECHECK) * per_token / RECHECK
         rate = tokens / times
-        k = near_best(rate)                                           # near-ties go to the smaller k
+        k = int(np.argmax(rate))                                      # ties go to the smaller k
         drain = None
         if getattr(batch, "draining", False) and b > 1:               # no row will be refilled
             drain = self._drain_seconds(batch, key, L, sampled, remaining, times)
-            k = near_best(1.0 / drain)
+            k = int(np.argmin(drain))
         if k != self._prev_k:
             self._since = RECHECK - 1                # a switch (a probe, say) is checked next round
         self.last_choice = {"b": b, "L": L, "tokens": tokens.tolist(), "times": times.tolist(), "k": k,

@@ -287,11 +287,3 @@ def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
     pol.observe(batch, 1, [1] * 4, [0] * 4, float(pol._pred[1]) + 0.020)
     assert pol._resume[len(batch)] == pytest.approx(0.005)
 
-
-def test_near_ties_go_to_the_smaller_k():
-    from specdec.engine.adaptive import TIE, near_best
-    rate = np.array([1.0, 1.5, 2.0, 2.0 * (1 + TIE / 2), 1.9])
-    assert near_best(rate) == 2                              # k = 3 is better, but by less than TIE
-    rate[3] = 2.0 * (1 + 2 * TIE)
-    assert near_best(rate) == 3                              # by more: it wins
-    assert near_best(np.array([3.0, 2.0, 1.0])) == 0
