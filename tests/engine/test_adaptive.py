@@ -286,4 +286,3 @@ def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
     pol.choose(batch)
     pol.observe(batch, 1, [1] * 4, [0] * 4, float(pol._pred[1]) + 0.020)
     assert pol._resume[len(batch)] == pytest.approx(0.005)
-
