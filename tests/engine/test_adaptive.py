@@ -286,3 +286,24 @@ def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
     pol.choose(batch)
     pol.observe(batch, 1, [1] * 4, [0] * 4, float(pol._pred[1]) + 0.020)
     assert pol._resume[len(batch)] == pytest.approx(0.005)
+
+
+def test_near_ties_between_drafting_lengths_go_to_the_smaller_k():
+    from specdec.engine.adaptive import TIE, near_best
+    rate = np.array([1.0, 1.5, 2.0, 2.0 * (1 + TIE / 2), 1.9])
+    assert near_best(rate) == 2                              # k = 3 is better, but by less than TIE
+    rate[3] = 2.0 * (1 + 2 * TIE)
+    assert near_best(rate) == 3                              # by more: it wins
+    assert near_best(np.array([3.0, 2.0, 1.0])) == 0         # plain is best
+
+
+def test_whether_to_draft_at_all_is_a_plain_argmax():
+    from specdec.engine.adaptive import TIE, near_best
+    # k = 1 beats plain by less than the margin: still drafted (the margin is only between k >= 1)
+    assert near_best(np.array([1.0, 1.0 + TIE / 4, 0.9])) == 1
+    # k = 2 is best but within the margin of k = 1, which itself beats plain: k = 1
+    assert near_best(np.array([1.0, 1.01, 1.01 * (1 + TIE / 2)])) == 1
+    # k = 1 is within the margin of k = 2 but below plain: k = 2, never a k worse than plain
+    assert near_best(np.array([1.0, 0.99, 1.01])) == 2
+    # an exact tie with plain goes to plain
+    assert near_best(np.array([1.0, 1.0, 0.5])) == 0
