@@ -45,6 +45,14 @@ class LinearKernel:
         return F.linear(x, packed, bias)
 
 
+class NativeKernel(LinearKernel):
+    """The whole cached forward in the compiled decoder (models/native): row-invariant by
+    construction. Its linears outside a cached forward (training, no cache) are stock."""
+    name = "native"
+    row_invariant = True
+    whole_model = True
+
+
 class OneDNNKernel(LinearKernel):
     name = "onednn"
     min_rows = 2
@@ -63,7 +71,17 @@ class OneDNNKernel(LinearKernel):
         return y[:m].reshape(*shape[:-1], y.shape[-1])
 
 
-KERNELS = {"stock": LinearKernel, "onednn": OneDNNKernel}
+def _native_available(device: torch.device) -> bool:
+    from .native import load
+    return device.type == "cpu" and load() is not None
+
+
+def fallback_kernel(device: torch.device) -> LinearKernel:
+    """The row-invariant linear kernel where there is one, else stock."""
+    return OneDNNKernel() if _onednn_available(device) else LinearKernel()
+
+
+KERNELS = {"stock": LinearKernel, "onednn": OneDNNKernel, "native": NativeKernel}
 
 
 def _time(fn, reps=20) -> float:
@@ -80,10 +98,11 @@ def _time(fn, reps=20) -> float:
 @functools.lru_cache(maxsize=None)
 def choose_kernel(device_type: str = "cpu", d_in: int = 512, d_out: int = 1536,
                   exact: bool = True) -> LinearKernel:
-    """exact: the row-invariant kernel where available (a target's forward); otherwise
-    measure the available kernels at M = 1 and M = 5 and keep the cheapest (a draft's).
+    """The compiled whole-model decoder where it builds (CPU), for targets and drafts alike.
+    Otherwise exact: the row-invariant kernel where available (a target's forward); not
+    exact: measure the available kernels at M = 1 and M = 5 and keep the cheapest (a draft's).
 
-    `SPECDEC_LINEAR=stock|onednn` overrides both; stock gives up bitwise exactness.
+    `SPECDEC_LINEAR=stock|onednn|native` overrides all; stock gives up bitwise exactness.
     """
     forced = os.environ.get("SPECDEC_LINEAR")
     device = torch.device(device_type)
@@ -92,7 +111,11 @@ def choose_kernel(device_type: str = "cpu", d_in: int = 512, d_out: int = 1536,
             raise ValueError(f"SPECDEC_LINEAR must be one of {sorted(KERNELS)}")
         if forced == "onednn" and not _onednn_available(device):
             return LinearKernel()
+        if forced == "native" and not _native_available(device):
+            return fallback_kernel(device)
         return KERNELS[forced]()
+    if _native_available(device):
+        return NativeKernel()
     if not _onednn_available(device):
         return LinearKernel()
     if exact:

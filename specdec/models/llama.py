@@ -1,8 +1,10 @@
 """A lean Llama-family decoder (Llama, Mistral, Qwen2) with Hugging Face parameter names.
 
 One entry point: `forward(tokens[B,T], positions[B,T], cache) -> logits[B,T,V]`.
-Prefill, decode and multi-position verification are thin wrappers (see runner.py).
-With `cache=None` it runs plain causal attention over the T tokens (training).
+Prefill, decode and multi-position verification are the same call with different T.
+With a cache and the compiled decoder prepared (models/native), the whole forward is one
+C call; otherwise it runs eager PyTorch. With `cache=None` it runs plain causal attention
+over the T tokens (training).
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 from .kv_cache import KVCache
-from .linear import LinearKernel
+from . import native
+from .linear import LinearKernel, fallback_kernel
 
 ATTN_MIN_ROWS = 4   # bmm on CPU is row-invariant from 4 query rows up; pad to that
 S_BLOCK = 64        # attend over a key length rounded up to this (masked keys add exact zeros)
@@ -142,14 +145,24 @@ class LlamaModel(nn.Module):
         inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.kernel: LinearKernel | None = None
+        self.native: native.NativeForward | None = None
 
     @property
     def device(self) -> torch.device:
         return self.lm_head.weight.device
 
     def prepare(self, kernel: LinearKernel) -> "LlamaModel":
-        """Freeze for inference: pack every linear weight for `kernel`."""
+        """Freeze for inference: pack every linear weight for `kernel`. The whole-model kernel
+        builds the compiled decoder instead, or falls back to a row-invariant linear kernel
+        where the model's shapes or the machine cannot run it."""
         self.eval()
+        self.native = None
+        if getattr(kernel, "whole_model", False):
+            lib = native.load()
+            if lib is not None and native.supported(self) is None:
+                self.native = native.NativeForward(self, lib)
+            else:
+                kernel = fallback_kernel(self.device)
         self.kernel = kernel
         for m in self.modules():
             if isinstance(m, Linear):
@@ -169,6 +182,8 @@ class LlamaModel(nn.Module):
         the cached keys at positions <= its own. `num_layers` runs only the first layers
         (layer-skip self-speculation uses it with a cache of its own).
         """
+        if cache is not None and self.native is not None and not torch.is_grad_enabled():
+            return self.native(tokens, positions, cache, num_layers, hidden_only)
         B, T = tokens.shape
         x = self.model.embed_tokens(tokens)                                  # (B, T, d)
         cos, sin = self.rope(positions)

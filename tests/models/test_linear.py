@@ -44,13 +44,31 @@ def test_a_target_gets_the_row_invariant_kernel_whatever_the_timing(unpinned):
         pytest.skip("oneDNN unavailable: stock is the only kernel")
     unpinned.setattr(linear, "_time", lambda fn, reps=20: pytest.fail("an exact choice is not timed"))
     kernel = linear.choose_kernel("cpu", 64, 128, exact=True)
-    assert kernel.row_invariant and kernel.name == "onednn"
+    expected = "native" if linear._native_available(torch.device("cpu")) else "onednn"
+    assert kernel.row_invariant and kernel.name == expected
+
+
+def test_without_the_native_decoder_a_target_gets_onednn(unpinned):
+    if not linear._onednn_available(torch.device("cpu")):
+        pytest.skip("oneDNN unavailable: stock is the only kernel")
+    unpinned.setattr(linear, "_native_available", lambda device: False)
+    unpinned.setattr(linear, "_time", lambda fn, reps=20: pytest.fail("an exact choice is not timed"))
+    assert linear.choose_kernel("cpu", 64, 128, exact=True).name == "onednn"
+
+
+def test_the_native_decoder_serves_targets_and_drafts(unpinned):
+    if not linear._native_available(torch.device("cpu")):
+        pytest.skip("no C compiler: the native decoder is unavailable")
+    unpinned.setattr(linear, "_time", lambda fn, reps=20: pytest.fail("the native choice is not timed"))
+    for exact in (True, False):
+        assert linear.choose_kernel("cpu", 64, 128, exact=exact).name == "native"
 
 
 @pytest.mark.parametrize("timings,expected", [((1.0, 1.0, 5.0, 5.0), "stock"), ((5.0, 5.0, 1.0, 1.0), "onednn")])
 def test_a_draft_gets_the_faster_kernel(unpinned, timings, expected):
     if not linear._onednn_available(torch.device("cpu")):
         pytest.skip("oneDNN unavailable: stock is the only kernel")
+    unpinned.setattr(linear, "_native_available", lambda device: False)
     seen = iter(timings)                     # stock at M = 1, 5, then oneDNN at M = 1, 5
     unpinned.setattr(linear, "_time", lambda fn, reps=20: (fn(), next(seen))[1])
     assert linear.choose_kernel("cpu", 64, 128, exact=False).name == expected
@@ -63,3 +81,25 @@ def test_the_environment_overrides_both_choices(unpinned):
     linear.choose_kernel.cache_clear()
     with pytest.raises(ValueError, match="SPECDEC_LINEAR"):
         linear.choose_kernel("cpu", 64, 128, exact=False)
+
+
+def test_shapes_the_native_decoder_cannot_run_fall_back_to_a_row_invariant_kernel():
+    if not linear._native_available(torch.device("cpu")):
+        pytest.skip("no C compiler: the native decoder is unavailable")
+    model = make_model(prepare=False, hidden_size=72, intermediate_size=120).prepare(KERNELS["native"]())
+    assert model.native is None and model.kernel.name in ("onednn", "stock")
+    with torch.inference_mode():
+        assert model(torch.tensor([[3, 5]]), torch.arange(2)[None], model.new_cache(1, 64)).shape == (1, 2, 8192)
+
+
+def test_the_native_decoder_refuses_out_of_range_positions_and_tokens():
+    model = make_model(prepare=False).prepare(KERNELS["native"]())
+    if model.native is None:
+        pytest.skip("no C compiler: the native decoder is unavailable")
+    cache = model.new_cache(1, 64)
+    with torch.inference_mode(), pytest.raises(ValueError, match="position"):
+        model(torch.tensor([[3]]), torch.tensor([[64]]), cache)
+    with torch.inference_mode(), pytest.raises(ValueError, match="token id"):
+        model(torch.tensor([[8192]]), torch.tensor([[0]]), cache)
+    with torch.inference_mode(), pytest.raises(ValueError, match="rows"):
+        model(torch.tensor([[3], [4]]), torch.tensor([[0], [0]]), cache)

@@ -1,0 +1,297 @@
+/* One whole decoder forward (Llama / Mistral / Qwen2, fp32) in a single call.
+ *
+ * Why: at batch 1 a tiny model's step in eager PyTorch is bound by per-op dispatch, not by
+ * memory bandwidth. This file runs embed -> layers -> norm -> lm_head inside one OpenMP
+ * parallel region, so a step costs what its weight and KV bytes cost to stream.
+ *
+ * Exactness by construction: every output element (of a linear, an attention row, a norm)
+ * is computed by the same sequence of floating-point operations whatever the number of
+ * rows M = B*T in the call and however the rows are tiled or split between threads:
+ *   - a dot product accumulates 8 lanes with FMA in order over K, then sums the lanes in
+ *     one fixed order (hsum8); tiles of fewer rows or columns repeat rows, never change it;
+ *   - a thread always owns whole output elements (no split reductions).
+ * So a position's logits are bit-identical whether it is scored alone or among k+1
+ * positions, at any batch size. docs/exactness.md.
+ *
+ * Layouts (row-major, fp32):
+ *   linear weight (N, K) as in Hugging Face; qkv and gate_up are fused at load:
+ *   qkv (H*D + 2*Hkv*D, d), gate_up (2*F, d); KV cache per layer (rows, Hkv, max_len, D).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <omp.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+typedef struct {
+    int hidden, heads, kv_heads, head_dim, inter, vocab, layers, rope_len;
+    float eps;
+    const float *embed, *norm, *head;         /* (V, d), (d,), (V, d) */
+    const float *rope_cos, *rope_sin;         /* (rope_len, D/2) */
+    const float **in_norm, **qkv, **qkv_bias, **o, **post_norm, **gate_up, **down;
+} Model;
+
+typedef struct {
+    float **k, **v;                            /* per layer: (rows, Hkv, max_len, D) */
+    int rows, max_len;
+} Cache;
+
+/* ---- the one dot-product order ------------------------------------------------------- */
+#if defined(__AVX2__) && defined(__FMA__)
+typedef __m256 vec;
+#define VZERO() _mm256_setzero_ps()
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+static inline float hsum8(vec v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+    return _mm_cvtss_f32(lo);
+}
+#else  /* portable: the same 8-lane order, written out (built with -ffp-contract=off) */
+typedef struct { float l[8]; } vec;
+static inline vec VZERO(void) { vec r = {{0}}; return r; }
+static inline vec VLOAD(const float *p) { vec r; for (int i = 0; i < 8; i++) r.l[i] = p[i]; return r; }
+static inline vec VFMA(vec a, vec b, vec c) { for (int i = 0; i < 8; i++) c.l[i] += a.l[i] * b.l[i]; return c; }
+static inline float hsum8(vec v) {
+    float a[4]; for (int i = 0; i < 4; i++) a[i] = v.l[i] + v.l[i + 4];
+    float b0 = a[0] + a[2], b1 = a[1] + a[3];
+    return b0 + b1;
+}
+#endif
+
+/* exp by Cephes' range reduction and polynomial, with plain multiplies and adds (no FMA),
+ * so the vector and the scalar versions round identically element by element. */
+#define EXP_HI 88.3762626647949f
+#define EXP_LO -87.3365447505531f  /* ln(2^-126): results stay normal, so 2^fx is exact both ways */
+#define LOG2E 1.44269504088896341f
+#define EXP_C1 0.693359375f
+#define EXP_C2 -2.12194440e-4f
+static const float EXP_P[6] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
+                               4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
+
+static inline float exp_s(float x) {
+    x = x > EXP_HI ? EXP_HI : (x < EXP_LO ? EXP_LO : x);
+    float fx = floorf(x * LOG2E + 0.5f);
+    x = x - fx * EXP_C1;
+    x = x - fx * EXP_C2;
+    float y = EXP_P[0];
+    for (int i = 1; i < 6; i++) y = y * x + EXP_P[i];
+    y = y * (x * x) + x + 1.0f;
+    return ldexpf(y, (int)fx);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+static inline __m256 exp_v(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+    __m256 fx = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _mm256_set1_ps(0.5f)));
+    x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(EXP_C1)));
+    x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(EXP_C2)));
+    __m256 y = _mm256_set1_ps(EXP_P[0]);
+    for (int i = 1; i < 6; i++) y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(EXP_P[i]));
+    y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(y, _mm256_mul_ps(x, x)), x), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+/* v[i] = exp(v[i] - shift) for i < n; returns the sum in index order */
+static inline float exp_shift(float *v, int n, float shift) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(v + i, exp_v(_mm256_sub_ps(_mm256_loadu_ps(v + i), _mm256_set1_ps(shift))));
+    for (; i < n; i++) v[i] = exp_s(v[i] - shift);
+    float sum = 0.0f;
+    for (i = 0; i < n; i++) sum += v[i];
+    return sum;
+}
+#else
+static inline float exp_shift(float *v, int n, float shift) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) { v[i] = exp_s(v[i] - shift); sum += v[i]; }
+    return sum;
+}
+#endif
+
+static inline float dot(const float *a, const float *b, int n) {
+    vec acc = VZERO();
+    for (int c = 0; c < n; c += 8) acc = VFMA(VLOAD(a + c), VLOAD(b + c), acc);
+    return hsum8(acc);
+}
+
+/* ---- linear: y (M, N) [+]= x (M, K) @ W (N, K)^T + b ------------------------------------ */
+#define TN 4        /* weight rows per tile: 4 streams from memory, reused across row tiles */
+#define TM 2        /* input rows per tile: 2*4 accumulators + 4 weights + 1 input = 13 ymm */
+#define M_CHUNK 64  /* input rows kept in L2 while the weights stream past (prefill) */
+
+static inline __attribute__((always_inline)) void tile(const float *x, int ldx, int mt,
+        const float *const *w, int K, float *y, int ldy, int nt, const float *b, int acc_out) {
+    vec acc[TM][TN];
+    for (int i = 0; i < TM; i++) for (int j = 0; j < TN; j++) acc[i][j] = VZERO();
+    for (int c = 0; c < K; c += 8) {
+        vec wv[TN];
+        for (int j = 0; j < TN; j++) wv[j] = VLOAD(w[j] + c);
+        for (int i = 0; i < mt; i++) {
+            vec xv = VLOAD(x + (size_t)i * ldx + c);
+            for (int j = 0; j < TN; j++) acc[i][j] = VFMA(xv, wv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < mt; i++)
+        for (int j = 0; j < nt; j++) {
+            float s = hsum8(acc[i][j]);
+            if (b) s += b[j];
+            float *dst = y + (size_t)i * ldy + j;
+            *dst = acc_out ? *dst + s : s;
+        }
+}
+
+/* Called by every thread of the team; splits the weight rows between them. */
+static void linear(const float *x, int M, int K, const float *W, const float *bias, int N,
+                   float *y, int acc_out) {
+    int nblocks = (N + TN - 1) / TN;
+    for (int m0 = 0; m0 < M; m0 += M_CHUNK) {
+        int m1 = m0 + M_CHUNK < M ? m0 + M_CHUNK : M;
+        #pragma omp for schedule(static)
+        for (int nb = 0; nb < nblocks; nb++) {
+            int n0 = nb * TN, nt = N - n0 < TN ? N - n0 : TN;
+            const float *w[TN];
+            for (int j = 0; j < TN; j++) w[j] = W + (size_t)(n0 + (j < nt ? j : 0)) * K;
+            const float *b = bias ? bias + n0 : NULL;
+            for (int m = m0; m < m1; m += TM) {
+                int mt = m1 - m < TM ? m1 - m : TM;
+                const float *xm = x + (size_t)m * K;
+                float *ym = y + (size_t)m * N + n0;
+                if (mt == TM) tile(xm, K, TM, w, K, ym, N, nt, b, acc_out);
+                else tile(xm, K, 1, w, K, ym, N, nt, b, acc_out);
+            }
+        }
+    }
+}
+
+/* ---- row-wise pieces ----------------------------------------------------------------- */
+static void rmsnorm_rows(const float *x, const float *w, float *y, int M, int d, float eps) {
+    #pragma omp for schedule(static)
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (size_t)m * d;
+        float r = 1.0f / sqrtf(dot(xr, xr, d) / (float)d + eps);
+        for (int i = 0; i < d; i++) y[(size_t)m * d + i] = w[i] * (xr[i] * r);
+    }
+}
+
+static inline void rope(float *v, const float *cs, const float *sn, int half) {
+    for (int i = 0; i < half; i++) {
+        float a = v[i], b = v[i + half];
+        v[i] = a * cs[i] - b * sn[i];
+        v[i + half] = b * cs[i] + a * sn[i];
+    }
+}
+
+/* rope on q and k, then write k and v into the cache at each row's position */
+static void rope_and_store(const Model *md, const Cache *c, int layer, float *qkv, int M, int T,
+                           const int64_t *pos, int row0) {
+    int H = md->heads, Hkv = md->kv_heads, D = md->head_dim, half = D / 2;
+    int ld = (H + 2 * Hkv) * D;
+    #pragma omp for schedule(static)
+    for (int m = 0; m < M; m++) {
+        int p = (int)pos[m], row = row0 + m / T;
+        float *q = qkv + (size_t)m * ld, *k = q + H * D, *v = k + Hkv * D;
+        const float *cs = md->rope_cos + (size_t)p * half, *sn = md->rope_sin + (size_t)p * half;
+        for (int h = 0; h < H; h++) rope(q + h * D, cs, sn, half);
+        for (int g = 0; g < Hkv; g++) {
+            rope(k + g * D, cs, sn, half);
+            size_t at = (((size_t)row * Hkv + g) * c->max_len + p) * D;
+            for (int i = 0; i < D; i++) { c->k[layer][at + i] = k[g * D + i]; c->v[layer][at + i] = v[g * D + i]; }
+        }
+    }
+}
+
+/* softmax(q K^T / sqrt(D)) V over the cached positions 0..pos, one (row, head) per item */
+static void attention(const Model *md, const Cache *c, int layer, const float *qkv, int M, int T,
+                      const int64_t *pos, int row0, float *out, float *scores) {
+    int H = md->heads, Hkv = md->kv_heads, D = md->head_dim, G = H / Hkv;
+    int ld = (H + 2 * Hkv) * D;
+    float scale = 1.0f / sqrtf((float)D);
+    float *sc = scores + (size_t)omp_get_thread_num() * c->max_len;
+    #pragma omp for schedule(dynamic, 1)
+    for (int item = 0; item < M * H; item++) {
+        int m = item / H, h = item % H, g = h / G, p = (int)pos[m], row = row0 + m / T;
+        const float *q = qkv + (size_t)m * ld + h * D;
+        const float *kb = c->k[layer] + ((size_t)row * Hkv + g) * c->max_len * D;
+        const float *vb = c->v[layer] + ((size_t)row * Hkv + g) * c->max_len * D;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int s = 0; s <= p; s++) { sc[s] = dot(q, kb + (size_t)s * D, D) * scale; mx = sc[s] > mx ? sc[s] : mx; }
+        sum = exp_shift(sc, p + 1, mx);
+        float *o = out + (size_t)m * H * D + h * D;
+        for (int i = 0; i < D; i++) o[i] = 0.0f;
+        for (int s = 0; s <= p; s++) {
+            const float *vs = vb + (size_t)s * D;
+            for (int i = 0; i < D; i++) o[i] += sc[s] * vs[i];
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < D; i++) o[i] *= inv;
+    }
+}
+
+/* act = silu(gate) * up; F is a multiple of 8 */
+static void silu_mul(const float *gu, float *act, int M, int F) {
+    #pragma omp for schedule(static)
+    for (int m = 0; m < M; m++) {
+        const float *g = gu + (size_t)m * 2 * F, *u = g + F;
+        float *a = act + (size_t)m * F;
+#if defined(__AVX2__) && defined(__FMA__)
+        for (int i = 0; i < F; i += 8) {
+            __m256 gv = _mm256_loadu_ps(g + i);
+            __m256 e = exp_v(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+            __m256 s = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+            _mm256_storeu_ps(a + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+        }
+#else
+        for (int i = 0; i < F; i++) a[i] = g[i] / (1.0f + exp_s(-g[i])) * u[i];
+#endif
+    }
+}
+
+/* floats of scratch sd_forward needs for M rows */
+size_t sd_scratch_floats(const Model *md, int M, int max_len, int threads) {
+    size_t d = md->hidden, qkv = (size_t)(md->heads + 2 * md->kv_heads) * md->head_dim;
+    size_t att = (size_t)md->heads * md->head_dim, f2 = 2 * (size_t)md->inter;
+    return (size_t)M * (2 * d + qkv + att + f2 + md->inter) + (size_t)threads * max_len;
+}
+
+/* tokens, pos: (B, T) int64. Rows b use cache row row0 + b. out: (B*T, V) logits, or
+ * (B*T, d) final hidden states when want_logits is 0. Returns 0, or a negative code for an
+ * argument the caller should have refused (-1 position out of range, -2 token id). */
+int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tokens,
+               const int64_t *pos, int row0, int layers, int want_logits, float *out,
+               float *scratch, int threads) {
+    int M = B * T, d = md->hidden, F = md->inter;
+    int H = md->heads, D = md->head_dim, Hkv = md->kv_heads;
+    int nq = (H + 2 * Hkv) * D;
+    for (int m = 0; m < M; m++) {
+        if (pos[m] < 0 || pos[m] >= c->max_len || pos[m] >= md->rope_len) return -1;
+        if (tokens[m] < 0 || tokens[m] >= md->vocab) return -2;
+    }
+    float *x = scratch, *h = x + (size_t)M * d, *qkv = h + (size_t)M * d;
+    float *att = qkv + (size_t)M * nq, *gu = att + (size_t)M * H * D, *act = gu + (size_t)M * 2 * F;
+    float *scores = act + (size_t)M * F;
+    #pragma omp parallel num_threads(threads)
+    {
+        #pragma omp for schedule(static)
+        for (int m = 0; m < M; m++)
+            for (int i = 0; i < d; i++) x[(size_t)m * d + i] = md->embed[(size_t)tokens[m] * d + i];
+        for (int l = 0; l < layers; l++) {
+            rmsnorm_rows(x, md->in_norm[l], h, M, d, md->eps);
+            linear(h, M, d, md->qkv[l], md->qkv_bias[l], nq, qkv, 0);
+            rope_and_store(md, c, l, qkv, M, T, pos, row0);
+            attention(md, c, l, qkv, M, T, pos, row0, att, scores);
+            linear(att, M, H * D, md->o[l], NULL, d, x, 1);
+            rmsnorm_rows(x, md->post_norm[l], h, M, d, md->eps);
+            linear(h, M, d, md->gate_up[l], NULL, 2 * F, gu, 0);
+            silu_mul(gu, act, M, F);
+            linear(act, M, F, md->down[l], NULL, d, x, 1);
+        }
+        rmsnorm_rows(x, md->norm, want_logits ? h : out, M, d, md->eps);
+        if (want_logits) linear(h, M, d, md->head, NULL, md->vocab, out, 0);
+    }
+    return 0;
+}

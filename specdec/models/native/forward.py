@@ -1,0 +1,138 @@
+"""`NativeForward`: a LlamaModel's cached forward run by the compiled decoder (decoder.c).
+
+    native = NativeForward(model, lib)         # fuses q/k/v and gate/up; builds the rope table
+    logits = native(tokens, positions, cache)  # (B, T) int64 each -> (B, T, V), one C call
+
+At load the q/k/v (and gate/up) weights are concatenated into one tensor per layer and
+the Hugging Face parameters become views into it: names on disk and in state_dict stay
+Hugging Face's, and no weight is stored twice.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from ..kv_cache import KVCache
+
+_P = ctypes.c_void_p
+_PP = ctypes.POINTER(ctypes.c_void_p)
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int) for n in ("hidden", "heads", "kv_heads", "head_dim", "inter",
+                                            "vocab", "layers", "rope_len")] + \
+               [("eps", ctypes.c_float)] + \
+               [(n, _P) for n in ("embed", "norm", "head", "rope_cos", "rope_sin")] + \
+               [(n, _PP) for n in ("in_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down")]
+
+
+class _Cache(ctypes.Structure):
+    _fields_ = [("k", _PP), ("v", _PP), ("rows", ctypes.c_int), ("max_len", ctypes.c_int)]
+
+
+def _ptrs(tensors) -> ctypes.Array:
+    return (_P * len(tensors))(*[t.data_ptr() if t is not None else None for t in tensors])
+
+
+def supported(model) -> str | None:
+    """None if the native decoder can run `model`, else why not."""
+    c = model.config
+    if model.device.type != "cpu" or model.lm_head.weight.dtype != torch.float32:
+        return "the native decoder runs fp32 on the CPU"
+    for name, n in (("hidden_size", c.hidden_size), ("head_dim", c.head_dim),
+                    ("intermediate_size", c.intermediate_size)):
+        if n % 8:
+            return f"{name} {n} is not a multiple of 8"
+    if c.num_attention_heads % c.num_key_value_heads:
+        return "attention heads are not a multiple of the key/value heads"
+    return None
+
+
+def _fuse(modules, attr: str) -> torch.Tensor:
+    """Concatenate the modules' `attr` tensors and make each a view into the result."""
+    parts = [getattr(m, attr) for m in modules]
+    fused = torch.cat([p.detach() for p in parts]).contiguous()
+    at = 0
+    for p in parts:
+        p.data = fused[at:at + p.shape[0]]
+        at += p.shape[0]
+    return fused
+
+
+class NativeForward:
+    """Holds the fused weights, the rope table and the C structs for one model."""
+
+    def __init__(self, model, lib):
+        self.model, self.lib, c = model, lib, model.config
+        layers = model.model.layers
+        self._qkv = [_fuse([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj], "weight")
+                     for l in layers]
+        self._qkv_bias = [_fuse([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj], "bias")
+                          if c.attention_bias else None for l in layers]
+        self._gate_up = [_fuse([l.mlp.gate_proj, l.mlp.up_proj], "weight") for l in layers]
+        keep = lambda ts: [t.detach().contiguous() for t in ts]  # noqa: E731
+        self._in_norm = keep(l.input_layernorm.weight for l in layers)
+        self._post_norm = keep(l.post_attention_layernorm.weight for l in layers)
+        self._o = keep(l.self_attn.o_proj.weight for l in layers)
+        self._down = keep(l.mlp.down_proj.weight for l in layers)
+        self._embed = model.model.embed_tokens.weight.detach().contiguous()
+        self._norm = model.model.norm.weight.detach().contiguous()
+        self._head = model.lm_head.weight.detach().contiguous()
+        self.struct = _Model(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                             c.intermediate_size, c.vocab_size, c.num_hidden_layers, 0, c.rms_norm_eps,
+                             self._embed.data_ptr(), self._norm.data_ptr(), self._head.data_ptr(), None, None)
+        self._arrays = {}
+        for name in ("in_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down"):
+            self._arrays[name] = _ptrs(getattr(self, "_" + name))
+            setattr(self.struct, name, ctypes.cast(self._arrays[name], _PP))
+        self._rope(c.max_position_embeddings)
+        self._scratch = torch.empty(0)
+        self._lock = threading.Lock()   # the scratch buffer is shared: one forward at a time
+
+    def _rope(self, length: int) -> None:
+        """cos/sin (length, D/2) computed exactly as the eager path computes them."""
+        pos = torch.arange(length)[:, None].float()
+        freqs = pos * self.model.inv_freq.cpu()                              # (L, D/2)
+        self._cos, self._sin = freqs.cos().contiguous(), freqs.sin().contiguous()
+        self.struct.rope_len = length
+        self.struct.rope_cos, self.struct.rope_sin = self._cos.data_ptr(), self._sin.data_ptr()
+
+    @staticmethod
+    def _cache_struct(cache: KVCache) -> _Cache:
+        s = getattr(cache, "_native", None)
+        if s is None:
+            keep = (_ptrs(cache.k), _ptrs(cache.v))
+            s = _Cache(ctypes.cast(keep[0], _PP), ctypes.cast(keep[1], _PP), cache.num_rows, cache.max_len)
+            s._keep = keep
+            cache._native = s
+        return s
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                 num_layers: int | None = None, hidden_only: bool = False) -> torch.Tensor:
+        B, T = tokens.shape
+        c = self.model.config
+        if B > cache.num_rows:
+            raise ValueError(f"batch of {B} rows exceeds the cache's {cache.num_rows}")
+        tokens = tokens.to(torch.long).contiguous()
+        positions = positions.to(torch.long).contiguous()
+        width = c.hidden_size if hidden_only else c.vocab_size
+        out = torch.empty(B, T, width)
+        threads = torch.get_num_threads()
+        cs = self._cache_struct(cache)
+        with self._lock:
+            if cache.max_len > self.struct.rope_len:
+                self._rope(cache.max_len)
+            need = self.lib.sd_scratch_floats(ctypes.byref(self.struct), B * T, cache.max_len, threads)
+            if self._scratch.numel() < need:
+                self._scratch = torch.empty(need)
+            rc = self.lib.sd_forward(
+                ctypes.byref(self.struct), ctypes.byref(cs), B, T, _P(tokens.data_ptr()),
+                _P(positions.data_ptr()), 0, num_layers or c.num_hidden_layers, int(not hidden_only),
+                _P(out.data_ptr()), _P(self._scratch.data_ptr()), threads)
+        if rc == -1:
+            raise ValueError(f"a position is outside [0, {min(cache.max_len, self.struct.rope_len)})")
+        if rc == -2:
+            raise ValueError(f"a token id is outside [0, {c.vocab_size})")
+        return out
