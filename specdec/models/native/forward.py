@@ -45,6 +45,8 @@ def supported(model) -> str | None:
                     ("intermediate_size", c.intermediate_size)):
         if n % 8:
             return f"{name} {n} is not a multiple of 8"
+    if c.head_dim > 256:
+        return f"head_dim {c.head_dim} is over the native decoder's 256"
     if c.num_attention_heads % c.num_key_value_heads:
         return "attention heads are not a multiple of the key/value heads"
     return None
