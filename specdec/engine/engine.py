@@ -116,32 +116,34 @@ class Engine:
         if caps is not None:
             num_draft = [min(n, c) for n, c in zip(num_draft, caps)]
         kk = draft.tokens.shape[1]
-        # 4. One target forward over [pending, d_1..d_k] for every row.
+        # 4. One target forward over [pending, d_1..d_k] for every row. Inputs are built on
+        #    the host from lists: two small tensors, not a chain of cat/arange/clamp ops.
         dev = self.target.device
-        pending = torch.tensor([[s.token_ids[-1]] for s in batch], dtype=torch.long, device=dev)
-        tokens = torch.cat([pending, draft.tokens.to(dev)], dim=1)                      # (B, k+1)
-        starts = torch.tensor(self.cache.lengths[:B], device=dev)
-        positions = (starts[:, None] + torch.arange(kk + 1, device=dev)).clamp_(max=self.cache_len - 1)
+        draft_rows = draft.tokens.tolist() if kk else [[] for _ in batch]
+        last = self.cache_len - 1
+        tokens = torch.tensor([[s.token_ids[-1]] + d for s, d in zip(batch, draft_rows)], device=dev)  # (B, k+1)
+        positions = torch.tensor([[min(n + j, last) for j in range(kk + 1)]
+                                  for n in self.cache.lengths[:B]], device=dev)                     # (B, k+1)
         logits = self.target(tokens, positions, self.cache)                             # (B, k+1, V)
         # 5. Verify: accepted prefix per row and the recovered/bonus token.
         n_draft_t = torch.tensor(num_draft, device=dev)
         num_accepted, next_token, beta, p_bonus = self._verify(logits, draft, n_draft_t, batch.sampling)
-        # one host sync per step: accepted counts, next tokens, draft tokens and, for the
-        # adaptive policy, each draft's acceptance probability (sampled rows) and the one
-        # past last round's k (lookahead.py), together
-        host = torch.cat([num_accepted[:, None], next_token[:, None], draft.tokens.to(dev)], 1)
+        # one host sync per step: accepted counts, next tokens and, for the adaptive policy,
+        # each draft's acceptance probability (sampled rows) and the one past last round's k
+        # (lookahead.py), together
+        host = torch.stack([num_accepted, next_token], 1)
         extra = ([beta] if beta is not None else []) + ([look[1][:, None].to(dev)] if look else [])
         if extra:
             host = torch.cat([host.double()] + [x.double() for x in extra], 1)
         host = host.tolist()
         # 6. Commit: advance caches, append tokens, check stop conditions.
         accepted = [int(row[0]) for row in host]
-        accept_prob = [row[2 + kk:2 + 2 * kk] for row in host] if beta is not None else None
+        accept_prob = [row[2:2 + kk] for row in host] if beta is not None else None
         lookahead = (look[0], [row[-1] for row in host]) if look else None
         for b, seq in enumerate(batch):
             n = accepted[b]
             self.cache.lengths[b] += 1 + n
-            seq.append([int(t) for t in host[b][2:2 + n]] + [int(host[b][1])])
+            seq.append(draft_rows[b][:n] + [int(host[b][1])])
             seq.stats.record(num_draft[b], n)
             self.metrics.record_row(num_draft[b], n)
             self.metrics.generated_tokens += len(seq.new_tokens)
@@ -173,6 +175,8 @@ class Engine:
         p = sampling.probs(logits)                                                      # (B, k+1, V)
         kk = tokens.shape[1]
         u = sampling.uniforms(kk + 1)
+        if kk == 0 and not sampling.any_greedy:                                         # a plain step
+            return torch.zeros_like(n_draft), sample(p[:, 0], u[:, 0]), None, p[:, 0]
         n_acc, nxt = rejection_verify(p, draft.probs, tokens, n_draft, u[:, :kk], u[:, kk])
         beta = (acceptance_probability(p, draft.probs, tokens)                          # (B, k)
                 if kk > 0 and getattr(self.policy, "learns_from_beta", False) else None)
