@@ -48,6 +48,7 @@ def parse_args(argv=None):
     ap.add_argument("--modes", default="greedy,sample")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-llamacpp", action="store_true")
+    ap.add_argument("--no-hf", action="store_true", help="skip the Hugging Face rows")
     ap.add_argument("--no-build", action="store_true", help="use llama.cpp only if already built")
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny settings")
     ap.add_argument("--profile", action="store_true", help="also write profile.txt (specdec plain and draft)")
@@ -213,7 +214,8 @@ def main(argv=None) -> int:
     log(f"prompts: " + ", ".join(f"{wl} {len(ps)} x ~{len(ps[0])} tokens" for wl, ps in prompts.items()))
     max_len = args.prompt_tokens + args.new_tokens + 32
     rows, skipped = specdec_rows(models, args.ks, 2, max_len)
-    hr, hs = hf_rows(args.target, args.draft, args.ks, 2)
+    hr, hs = ([], [{"group": "HF transformers", "name": "HF (all rows)", "skip": "--no-hf"}]) if args.no_hf \
+        else hf_rows(args.target, args.draft, args.ks, 2)
     lr, ls, linfo = llamacpp_rows(args, tok, prompts, log)
     rows, skipped = rows + hr + lr, skipped + hs + ls
     for s in skipped:
