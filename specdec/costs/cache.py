@@ -2,7 +2,7 @@
 
 A table is keyed by what sets a forward's cost on this machine: the architecture (config,
 parameter count, layers used), dtype, linear kernel, device (CPU model), torch version and
-thread count. Weights do not enter the key, so a retrained checkpoint of the same shape
+thread count, and for the compiled decoder its build. Weights do not enter the key, so a retrained checkpoint of the same shape
 reuses its table. A table measured while the machine was busy is marked so, and dropped
 (re-measured) the first time it is loaded on a quiet machine.
 """
@@ -46,6 +46,8 @@ def model_identity(model, num_layers: int | None = None, device: str | None = No
     ident = {"config": cfg, "params": sum(p.numel() for p in model.parameters()),
             "num_layers": num_layers, "dtype": str(model.lm_head.weight.dtype),
             "kernel": getattr(model.kernel, "name", "stock"), "device": dev,
+            # the compiled decoder's build (source, flags, CPU): an edited decoder re-measures
+            "kernel_build": getattr(getattr(model, "native", None), "build_id", None),
             "cpu": _cpu_name() if dev == "cpu" else torch.cuda.get_device_name(model.device),
             "torch": torch.__version__, "threads": threads or torch.get_num_threads()}
     return json.loads(json.dumps(ident))         # as it reads back from the cache file

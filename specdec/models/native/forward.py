@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from pathlib import Path
 
 import torch
 
@@ -68,6 +69,7 @@ class NativeForward:
 
     def __init__(self, model, lib):
         self.model, self.lib, c = model, lib, model.config
+        self.build_id = Path(lib._name).stem                 # decoder-<hash of source, flags, CPU>
         layers = model.model.layers
         self._qkv = [_fuse([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj], "weight")
                      for l in layers]
