@@ -260,7 +260,9 @@ def roofline_section(args, models, table_rows, log) -> dict:
     """Bandwidth, plain bound for the target and the speculative bound from measured α and c."""
     tcfg = json.loads((Path(args.target) / "config.json").read_text())
     dcfg = json.loads((Path(args.draft) / "config.json").read_text())
-    bw = roofline.measure_bandwidth(256 if args.quick else 1024)
+    # the roofline: streaming passes over a buffer the size of the target's weights, which is
+    # what a decode step reads (on a CPU whose last-level cache holds them, that is L3 speed)
+    bw = roofline.measure_bandwidth(round(roofline.weight_bytes(tcfg) / 2**20))
     plen = args.prompt_tokens + 1
     tp = roofline.plain_bound(bw, tcfg, plen, args.new_tokens)
     dp = roofline.plain_bound(bw, dcfg, plen, args.new_tokens)
@@ -270,6 +272,11 @@ def roofline_section(args, models, table_rows, log) -> dict:
     tok = {r["name"]: r.get("cells", {}).get(cell, {}) for r in table_rows if not r.get("skip")}
     pt, pd = tok.get("specdec plain", {}).get("tok_s"), tok.get("specdec plain (draft model)", {}).get("tok_s")
     out["c_measured"] = pt / pd if pt and pd else None
+    lp = tok.get("llama.cpp plain", {}).get("tok_s")
+    # llama.cpp's effective bandwidth: the weight bytes it streams per token times its tokens/s
+    out["llamacpp_plain_GBps"] = lp * roofline.weight_bytes(tcfg) / 1e9 if lp else None
+    out["specdec_plain_GBps"] = pt * roofline.weight_bytes(tcfg) / 1e9 if pt else None
+    out["specdec_plain_vs_roofline"] = pt / tp if pt and tp else None
     alpha = tok.get("specdec draft", {}).get("acceptance")
     if alpha is not None:
         out["alpha_measured"] = alpha

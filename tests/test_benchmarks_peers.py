@@ -82,10 +82,16 @@ def test_goals_met_and_not_met():
             _row("HF assisted (fixed k)", 20.0), _row("llama.cpp plain", 100.0),
             _row("llama.cpp speculative", 150.0)]
     g = {x["goal"]: x for x in report.goals(rows, "greedy/code", roofline_plain=40.0)}
-    hf, ratio, roof = g.values()
+    hf, ratio, plain, draft, vs_spec, roof = g.values()
     assert hf["value"] == pytest.approx(50 / 30) and hf["met"] is False
     assert ratio["value"] == pytest.approx(2.5 / 1.5) and ratio["met"] is True
-    assert roof["value"] == pytest.approx(0.5) and roof["met"] is False
+    assert plain["value"] == pytest.approx(0.2) and plain["met"] is False
+    assert draft["value"] == pytest.approx(0.5) and draft["target"] == 1.5
+    assert vs_spec["value"] == pytest.approx(50 / 150) and vs_spec["met"] is False
+    assert roof["value"] == pytest.approx(0.5) and roof["met"] is False and roof["target"] == 0.7
+    sampled = {x["goal"]: x for x in report.goals(rows, "greedy/code".replace("greedy", "sample"), 40.0)}
+    assert sampled["specdec draft model ≥ 1.2× llama.cpp plain"]["target"] == 1.2
+    assert not any("speculative" in k and "llama.cpp speculative" in k for k in sampled)
     assert report.goals(rows[:1], "greedy/code", None)[0]["met"] is None
 
 

@@ -22,7 +22,7 @@ def serving(args, host: str = "127.0.0.1"):
     target = getattr(args, "target", None) or default_target()
     draft = getattr(args, "draft", None) or (None if getattr(args, "target", None) else default_draft())
     models = load_models(target, draft, device=getattr(args, "device", "cpu") or "cpu",
-                         threads=getattr(args, "threads", None))
+                         threads=getattr(args, "threads", None), compile=getattr(args, "compile", None))
     method = getattr(args, "method", None) or ("draft" if models.draft is not None else "none")
     if method == "none":
         raise ConfigError("measuring speculation locally needs a draft model or --method")

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..analysis.workloads import WORKLOADS, load_workload
 from ..defaults import default_draft, default_target
 from ..errors import ConfigError
-from .common import add_method_args, spec_from_args
+from .common import add_compile_arg, add_method_args, spec_from_args
 
 QUICK = dict(k=[1, 3, 6], batch_sizes=[1, 4, 16], temperatures=[0.0, 0.7, 1.0, 1.5], repeats=3,
              max_new_tokens=64, prompt_tokens=64)
@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--workload", choices=list(WORKLOADS) + ["all"], default="all")
     src.add_argument("--prompts", type=Path, help="JSONL file, one {\"prompt\": ...} per line")
+    add_compile_arg(p)
     add_method_args(p)  # --method and proposer options; --k is redefined below as a list
     p.add_argument("--k", type=_list(int), help="draft lengths to measure, e.g. 1,2,4,8")
     p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
@@ -119,7 +120,7 @@ def run(args) -> int:
     names = list(WORKLOADS) if args.workload == "all" else [args.workload]
     with Progress(disabled=args.no_progress) as bars:
         bars.note("loading models and prompts")
-        models = load_models(target, draft, device=args.device, threads=args.threads)
+        models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
         spec = spec_from_args(argparse.Namespace(**{**vars(args), "k": max(s["k"])}),
                               has_draft=models.draft is not None)
         if spec.method == "none":

@@ -16,6 +16,12 @@ def _k(value: str):
         raise argparse.ArgumentTypeError(f"k must be an integer, 'auto' or 'heuristic', got {value!r}")
 
 
+def add_compile_arg(p) -> None:
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the compiled decoder (built once per machine with the C compiler and "
+                        "cached); default: where it builds, else eager PyTorch with one warning")
+
+
 def add_method_args(p) -> None:
     p.add_argument("--method", help="proposer: draft, ngram, suffix, layerskip, auto or none "
                                     "(default: draft when a draft model is given, else none)")

@@ -10,7 +10,7 @@ from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..defaults import default_draft, default_target
 from ..engine.build import load_models, make_engine
 from ..errors import PromptError
-from .common import add_method_args, spec_from_args
+from .common import add_compile_arg, add_method_args, spec_from_args
 
 
 def add_parser(sub) -> None:
@@ -32,6 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
+    add_compile_arg(p)
     add_method_args(p)
     p.set_defaults(func=run)
 
@@ -71,7 +72,7 @@ def run(args) -> int:
                             seed=args.seed, max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos)
     target = args.target or default_target()
     draft = args.draft if args.draft or args.target else default_draft()
-    models = load_models(target, draft, device=args.device, threads=args.threads)
+    models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
     spec = spec_from_args(args, has_draft=models.draft is not None)
     engine = make_engine(models, spec, EngineConfig(max_batch=args.max_batch, device=args.device,
                                                     max_model_len=models.target.config.max_position_embeddings))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..defaults import default_draft, default_target
 from ..errors import ConfigError
+from .common import add_compile_arg
 
 
 def add_parser(sub) -> None:
@@ -24,6 +25,7 @@ def add_parser(sub) -> None:
                    help="batch sizes to measure (others are interpolated, or measured on first use)")
     p.add_argument("--k-max", type=int, default=8, help="measure q = 1 .. k_max + 1")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    add_compile_arg(p)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.set_defaults(func=run)
@@ -70,7 +72,7 @@ def run(args) -> int:
         raise ConfigError("--k-max and --batch-sizes must be >= 1")
     target = args.target or default_target()
     draft = args.draft if args.draft or args.target else default_draft()
-    models = load_models(target, draft, device=args.device, threads=args.threads)
+    models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
     threads = args.threads or torch.get_num_threads()
     cm = CostModel.load_or_measure(models.target, models.draft, device=args.device, threads=threads,
                                    quick=False, k_max=args.k_max, batch_sizes=args.batch_sizes,

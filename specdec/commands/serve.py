@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..defaults import default_draft, default_target
 from ..errors import ConfigError
-from .common import add_method_args, spec_from_args
+from .common import add_compile_arg, add_method_args, spec_from_args
 
 
 def add_parser(sub) -> None:
@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--log-level", default="info")
+    add_compile_arg(p)
     add_method_args(p)
     p.set_defaults(func=run)
 
@@ -55,7 +56,7 @@ def run(args) -> int:
     draft = args.draft if args.draft or args.target else default_draft()
     if args.method not in (None, "draft") and args.draft is None:
         draft = None
-    models = load_models(target, draft, device=args.device, threads=args.threads)
+    models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
     spec = spec_from_args(args, has_draft=models.draft is not None)
     cfg = ServerConfig(spec=spec, max_batch=args.max_batch, max_queue=args.max_queue,
                        max_model_len=args.max_model_len, api_key=args.api_key,

@@ -24,17 +24,18 @@ class Models:
 
 
 def load_models(target: str | Path, draft: str | Path | None = None, device: str = "cpu",
-                threads: int | None = None) -> Models:
-    """Load the target (and draft); refuse a draft whose vocabulary differs from the target's."""
+                threads: int | None = None, compile: bool | None = None) -> Models:
+    """Load the target (and draft); refuse a draft whose vocabulary differs from the target's.
+    `compile`: use the compiled decoder (None: where it builds; see models/loader.py)."""
     if threads:
         torch.set_num_threads(threads)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("--device cuda was asked for but CUDA is not available")
-    t = load_model(target, device=device)
+    t = load_model(target, device=device, compile=compile)
     tok = load_tokenizer(target)
     d = None
     if draft is not None:
-        d = load_model(draft, device=device, exact=False)    # a draft's numerics change no output
+        d = load_model(draft, device=device, exact=False, compile=compile)  # a draft's numerics change no output
         if d.config.vocab_size != t.config.vocab_size:
             raise CheckpointError(f"draft vocabulary size {d.config.vocab_size} differs from the target's "
                                   f"{t.config.vocab_size}: speculative decoding needs the same vocabulary")

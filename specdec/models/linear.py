@@ -97,11 +97,12 @@ def _time(fn, reps=20) -> float:
 
 @functools.lru_cache(maxsize=None)
 def choose_kernel(device_type: str = "cpu", d_in: int = 512, d_out: int = 1536,
-                  exact: bool = True) -> LinearKernel:
+                  exact: bool = True, native: bool = True) -> LinearKernel:
     """The compiled whole-model decoder where it builds (CPU), for targets and drafts alike.
     Otherwise exact: the row-invariant kernel where available (a target's forward); not
     exact: measure the available kernels at M = 1 and M = 5 and keep the cheapest (a draft's).
 
+    `native=False` (`--no-compile`) leaves the compiled decoder out of the choice.
     `SPECDEC_LINEAR=stock|onednn|native` overrides all; stock gives up bitwise exactness.
     """
     forced = os.environ.get("SPECDEC_LINEAR")
@@ -114,7 +115,7 @@ def choose_kernel(device_type: str = "cpu", d_in: int = 512, d_out: int = 1536,
         if forced == "native" and not _native_available(device):
             return fallback_kernel(device)
         return KERNELS[forced]()
-    if _native_available(device):
+    if native and _native_available(device):
         return NativeKernel()
     if not _onednn_available(device):
         return LinearKernel()

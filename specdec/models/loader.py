@@ -14,7 +14,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 from .config import ModelConfig
 from .llama import LlamaModel
 from .linear import choose_kernel
@@ -38,9 +38,11 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
-               prepare: bool = True, exact: bool = True) -> LlamaModel:
+               prepare: bool = True, exact: bool = True, compile: bool | None = None) -> LlamaModel:
     """Build a `LlamaModel` from a checkpoint directory and load its weights. `exact`: a
-    row-invariant linear kernel (a target's; models/linear.py), else the fastest (a draft's)."""
+    row-invariant linear kernel (a target's; models/linear.py), else the fastest (a draft's).
+    `compile`: the compiled decoder (models/native) where it builds (None, the default),
+    always (True: a ConfigError where it cannot) or never (False: eager PyTorch)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {path}")
@@ -58,7 +60,11 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     model = model.to(device=device, dtype=dtype)
     if prepare:
         model.prepare(choose_kernel(torch.device(device).type, cfg.hidden_size,
-                                    cfg.intermediate_size, exact))
+                                    cfg.intermediate_size, exact, native=compile is not False))
+        if compile and model.native is None:
+            from .native import load, supported
+            why = supported(model) or ("no C compiler could build it" if load() is None else "unknown")
+            raise ConfigError(f"--compile: the native decoder cannot run {path.name}: {why}")
     return model
 
 

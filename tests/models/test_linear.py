@@ -103,3 +103,18 @@ def test_the_native_decoder_refuses_out_of_range_positions_and_tokens():
         model(torch.tensor([[8192]]), torch.tensor([[0]]), cache)
     with torch.inference_mode(), pytest.raises(ValueError, match="rows"):
         model(torch.tensor([[3], [4]]), torch.tensor([[0], [0]]), cache)
+
+
+def test_no_compile_runs_eager_and_compile_refuses_what_it_cannot_run(tmp_path):
+    from specdec.defaults import default_draft
+    from specdec.errors import ConfigError
+    from specdec.models.loader import load_model, save_checkpoint
+    from tests.conftest import TOKENIZER
+    eager = load_model(default_draft(), compile=False)
+    assert eager.native is None and eager.kernel.name != "native"
+    odd = make_model(prepare=False, hidden_size=72, intermediate_size=120)
+    save_checkpoint(odd, TOKENIZER, tmp_path / "odd")
+    with pytest.raises(ConfigError, match="native decoder cannot run"):
+        load_model(tmp_path / "odd", compile=True)
+    if linear._native_available(torch.device("cpu")):
+        assert load_model(default_draft(), compile=True).native is not None
