@@ -1,4 +1,5 @@
-"""Verification cost curve: t(q)/t(1) for q = 1..16 at batch 1, chosen kernel vs stock F.linear.
+"""Verification cost curve: t(q)/t(1) for q = 1..16 at batch 1, the chosen path (the compiled
+decoder where it builds) against eager oneDNN and eager stock F.linear.
 
 A random 40M-parameter Llama (d=512, 12 layers, 8 heads, vocab 8192) with 256 cached
 tokens. Both kernels are timed in the same run, interleaved, medians over repeats.
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 
 from specdec.models.config import ModelConfig
-from specdec.models.linear import LinearKernel, choose_kernel
+from specdec.models.linear import LinearKernel, OneDNNKernel, choose_kernel
 from specdec.models.llama import LlamaModel
 
 
@@ -55,26 +56,31 @@ def main(argv=None) -> dict:
     cfg = forty_m()
     chosen = choose_kernel("cpu", cfg.hidden_size, cfg.intermediate_size)
     models = {f"chosen ({chosen.name})": LlamaModel(cfg).prepare(chosen)}
-    stock = LlamaModel(cfg)
-    stock.load_state_dict(models[f"chosen ({chosen.name})"].state_dict())
-    models["stock F.linear"] = stock.prepare(LinearKernel())
+    state = models[f"chosen ({chosen.name})"].state_dict()
+    for name, kernel in (("eager oneDNN", OneDNNKernel()), ("stock F.linear", LinearKernel())):
+        if name == "eager oneDNN" and chosen.name == "onednn":
+            continue
+        m = LlamaModel(cfg)
+        m.load_state_dict(state)
+        models[name] = m.prepare(kernel)
     qs = list(range(1, args.max_q + 1))
     times = {name: {} for name in models}
-    for q in qs:  # interleave the two paths at every q
+    for q in qs:  # interleave the paths at every q
         for name, m in models.items():
             times[name][q] = time_q(m, q, args.batch, args.ctx, args.repeats)
     rows = []
     for q in qs:
         rows.append({"q": q, **{f"{n} t(q)/t(1)": times[n][q] / times[n][1] for n in models},
                      **{f"{n} ms": times[n][q] * 1e3 for n in models}})
-    result = {"params_m": round(cfg.num_params / 1e6, 1), "threads": args.threads, "batch": args.batch,
+    from specdec.costs.cache import _cpu_name
+    result = {"cpu": _cpu_name(), "params_m": round(cfg.num_params / 1e6, 1), "threads": args.threads, "batch": args.batch,
               "ctx": args.ctx, "chosen_kernel": chosen.name, "rows": rows,
               "command": "python benchmarks/decode_cost.py " + " ".join(argv or [])}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(result, indent=2))
     names = list(models)
     md = [f"{cfg.num_params / 1e6:.1f}M-parameter random Llama, batch {args.batch}, {args.ctx} cached tokens, "
-          f"{args.threads} threads, median of {args.repeats}", "",
+          f"{args.threads} threads, median of {args.repeats}; {result['cpu']}", "",
           "| q | " + " | ".join(f"{n} t(q)/t(1)" for n in names) + " | " + " | ".join(f"{n} ms" for n in names) + " |",
           "|---|" + "---|" * (2 * len(names))]
     for r in rows:

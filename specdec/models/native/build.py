@@ -31,8 +31,8 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fPIC", "-sha
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SPECDEC_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "specdec") / "native"
+    from ...defaults import cache_dir as root
+    return root() / "native"
 
 
 def _cpu_model() -> str:
