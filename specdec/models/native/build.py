@@ -96,4 +96,5 @@ def load() -> ctypes.CDLL | None:
         return None
     lib.sd_forward.restype = ctypes.c_int
     lib.sd_scratch_floats.restype = ctypes.c_size_t
+    lib.sd_packed_floats.restype = ctypes.c_size_t
     return lib

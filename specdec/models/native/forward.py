@@ -1,11 +1,12 @@
 """`NativeForward`: a LlamaModel's cached forward run by the compiled decoder (decoder.c).
 
-    native = NativeForward(model, lib)         # fuses q/k/v and gate/up; builds the rope table
+    native = NativeForward(model, lib)         # packs the weights; builds the rope table
     logits = native(tokens, positions, cache)  # (B, T) int64 each -> (B, T, V), one C call
 
-At load the q/k/v (and gate/up) weights are concatenated into one tensor per layer and
-the Hugging Face parameters become views into it: names on disk and in state_dict stay
-Hugging Face's, and no weight is stored twice.
+At load every linear weight is copied into the decoder's packed panel layout (decoder.c,
+`sd_pack`), with q/k/v and gate/up concatenated into one matrix per layer. The Hugging Face
+parameters are left as they are (state_dict, the eager path and training see no change);
+the packed copy is derived data, like oneDNN's prepacked weights.
 """
 from __future__ import annotations
 
@@ -53,17 +54,6 @@ def supported(model) -> str | None:
     return None
 
 
-def _fuse(modules, attr: str) -> torch.Tensor:
-    """Concatenate the modules' `attr` tensors and make each a view into the result."""
-    parts = [getattr(m, attr) for m in modules]
-    fused = torch.cat([p.detach() for p in parts]).contiguous()
-    at = 0
-    for p in parts:
-        p.data = fused[at:at + p.shape[0]]
-        at += p.shape[0]
-    return fused
-
-
 class NativeForward:
     """Holds the fused weights, the rope table and the C structs for one model."""
 
@@ -71,19 +61,19 @@ class NativeForward:
         self.model, self.lib, c = model, lib, model.config
         self.build_id = Path(lib._name).stem                 # decoder-<hash of source, flags, CPU>
         layers = model.model.layers
-        self._qkv = [_fuse([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj], "weight")
-                     for l in layers]
-        self._qkv_bias = [_fuse([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj], "bias")
-                          if c.attention_bias else None for l in layers]
-        self._gate_up = [_fuse([l.mlp.gate_proj, l.mlp.up_proj], "weight") for l in layers]
+        attn = [(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj) for l in layers]
+        self._qkv = [self._pack([m.weight for m in qkv]) for qkv in attn]
+        self._qkv_bias = [torch.cat([m.bias.detach() for m in qkv]).contiguous() if c.attention_bias else None
+                          for qkv in attn]
+        self._gate_up = [self._pack([l.mlp.gate_proj.weight, l.mlp.up_proj.weight]) for l in layers]
+        self._o = [self._pack([l.self_attn.o_proj.weight]) for l in layers]
+        self._down = [self._pack([l.mlp.down_proj.weight]) for l in layers]
         keep = lambda ts: [t.detach().contiguous() for t in ts]  # noqa: E731
         self._in_norm = keep(l.input_layernorm.weight for l in layers)
         self._post_norm = keep(l.post_attention_layernorm.weight for l in layers)
-        self._o = keep(l.self_attn.o_proj.weight for l in layers)
-        self._down = keep(l.mlp.down_proj.weight for l in layers)
-        self._embed = model.model.embed_tokens.weight.detach().contiguous()
+        self._embed = model.model.embed_tokens.weight.detach().contiguous()   # gathered by row
         self._norm = model.model.norm.weight.detach().contiguous()
-        self._head = model.lm_head.weight.detach().contiguous()
+        self._head = self._pack([model.lm_head.weight])
         self.struct = _Model(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                              c.intermediate_size, c.vocab_size, c.num_hidden_layers, 0, c.rms_norm_eps,
                              self._embed.data_ptr(), self._norm.data_ptr(), self._head.data_ptr(), None, None)
@@ -94,6 +84,14 @@ class NativeForward:
         self._rope(c.max_position_embeddings)
         self._scratch = torch.empty(0)
         self._lock = threading.Lock()   # the scratch buffer is shared: one forward at a time
+
+    def _pack(self, weights) -> torch.Tensor:
+        """Concatenate (N_i, K) weights along N and pack them into the decoder's panels."""
+        w = torch.cat([t.detach() for t in weights]).contiguous()                 # (N, K)
+        n, k = w.shape
+        packed = torch.empty(self.lib.sd_packed_floats(n, k))
+        self.lib.sd_pack(_P(w.data_ptr()), n, k, _P(packed.data_ptr()))
+        return packed
 
     def _rope(self, length: int) -> None:
         """cos/sin (length, D/2) computed exactly as the eager path computes them."""
