@@ -148,19 +148,13 @@ static inline float dot(const float *a, const float *b, int n) {
     return hsum8(acc);
 }
 
-/* ---- linear: y (M, N) [+]= x (M, K) @ W (N, K)^T + b ------------------------------------ */
-/* Two tiles, one arithmetic: every output is one 8-lane FMA chain over K, then hsum8.
- * One input row: 8 weight rows, so 8 independent chains hide the FMA latency and 8 streams
- * keep memory busy (decode, bandwidth-bound). Several rows: 4 input x 3 weight rows, 12
- * accumulators + 3 weights + 1 input = 16 ymm registers, 7 loads per 12 FMAs (verify and
- * prefill, compute-bound). While the first row tile runs, the next block's weight rows are
- * prefetched, so their load from memory overlaps this block's arithmetic (T = 9 forward of
- * the bundled target: 11.4 -> 9.9 ms; prefetching 2, 4 or 8 blocks ahead was no faster).
- * Measured: benchmarks/results/native_tiles. */
-#define TN1 8       /* weight rows per tile for a single input row */
-#define TM 4        /* input rows per tile for several rows */
-#define TN 3        /* weight rows per tile for several rows */
-#define M_CHUNK 64  /* input rows kept in L2 while the weights stream past (prefill) */
+/* ---- the dot-product tile (attention's scores) ----------------------------------------- */
+/* Every output is one 8-lane FMA chain over K, then hsum8: the linears below do the same.
+ * mt (<= 4) rows of x against 3 rows w0..w2 (row layout, K floats apart), 12 accumulators
+ * + 3 weights + 1 input = 16 ymm registers. pf, if given, is prefetched along the way. */
+#define TM 4        /* rows of x per tile */
+#define TN 3        /* rows of w per tile */
+#define M_CHUNK 64  /* input rows kept in L2 while a linear's weights stream past (prefill) */
 
 static inline __attribute__((always_inline)) void tile_mn(const float *x, int mt, const float *w0,
         const float *w1, const float *w2, int K, float *y, int ldy, int nt, const float *b, int acc_out,
@@ -186,13 +180,15 @@ static inline __attribute__((always_inline)) void tile_mn(const float *x, int mt
         }
 }
 
-/* ---- packed weights ------------------------------------------------------------------ */
+/* ---- linear: y (M, N) [+]= x (M, K) @ W (N, K)^T + b, on packed weights ---------------- */
 /* A linear's weight is repacked at load into panels of PANEL rows: for each 8-column chunk
  * c of the input, the panel's rows' 8 floats lie side by side (P[panel][c/8][row][8]). A
- * thread then reads one sequential stream per panel, as the bandwidth probe does, instead
- * of 8 interleaved rows; the arithmetic per output is unchanged. Measured on the target's
- * linears at one row: 3.09-4.11 ms packed against 3.51-4.51 ms in row layout (four rounds,
- * bitwise equal outputs). */
+ * thread then reads sequential streams, as the bandwidth probe does, instead of many
+ * interleaved rows; the arithmetic per output is unchanged (one FMA chain, then hsum8).
+ * One input row (decode, bandwidth-bound): two panels per tile, 8 FMA chains to hide the
+ * FMA latency. Several rows (verify, prefill; compute-bound): one panel x 3 input rows, and
+ * while a panel's first row tile runs the next panel is prefetched, so its load overlaps
+ * this panel's arithmetic. Measured: benchmarks/results/native_tiles/NOTES.md. */
 #define PANEL 4     /* rows per panel: one 8-column chunk of a panel is 128 bytes, 2 lines */
 #define TMP 3       /* input rows per tile for several rows: 3 x 4 accumulators */
 
