@@ -190,7 +190,10 @@ static inline __attribute__((always_inline)) void tile_mn(const float *x, int mt
  * while a panel's first row tile runs the next panel is prefetched, so its load overlaps
  * this panel's arithmetic. Measured: benchmarks/results/native_tiles/NOTES.md. */
 #define PANEL 4     /* rows per panel: one 8-column chunk of a panel is 128 bytes, 2 lines */
-#define TMP 3       /* input rows per tile for several rows: 3 x 4 accumulators */
+#define TMP 3       /* input rows per tile for several rows: 3 x 4 accumulators (4 x 4 spills:
+                       no faster at T = 4-5, slower at T = 9) */
+#define ROW_BY_ROW 2 /* up to this many rows, the decode tile row by row: T = 2 of the target
+                        4.29-4.61 ms against 4.54-4.96 with the 3-row tile; at 3 rows slower */
 
 size_t sd_packed_floats(int N, int K) { return (size_t)((N + PANEL - 1) / PANEL) * PANEL * K; }
 
@@ -254,12 +257,13 @@ static inline __attribute__((always_inline)) void panel_mn(const float *x, int m
 static void linear(const float *x, int M, int K, const float *P, const float *bias, int N,
                    float *y, int acc_out) {
     int npanels = (N + PANEL - 1) / PANEL;
-    if (M == 1) {
+    if (M <= ROW_BY_ROW) {
         #pragma omp for schedule(static)
         for (int pair = 0; pair < (npanels + 1) / 2; pair++) {
             int n0 = pair * 2 * PANEL, nt = N - n0 < 2 * PANEL ? N - n0 : 2 * PANEL;
             const float *p0 = P + (size_t)n0 * K, *p1 = 2 * pair + 1 < npanels ? p0 + (size_t)PANEL * K : p0;
-            panel1(x, p0, p1, K, y + n0, nt, bias ? bias + n0 : NULL, acc_out);
+            for (int m = 0; m < M; m++)        /* a second row finds the two panels in L1/L2 */
+                panel1(x + (size_t)m * K, p0, p1, K, y + (size_t)m * N + n0, nt, bias ? bias + n0 : NULL, acc_out);
         }
         return;
     }
