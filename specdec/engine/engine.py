@@ -36,6 +36,7 @@ class Engine:
                  config: EngineConfig = EngineConfig(), draft: LlamaModel | None = None,
                  proposer=None, cost_model=None):
         self.target, self.spec, self.config = target, spec, config
+        self.device = target.device
         if config.max_model_len > target.config.max_position_embeddings:
             raise ConfigError(f"max_model_len {config.max_model_len} exceeds the model's context length "
                               f"{target.config.max_position_embeddings}")
@@ -52,6 +53,7 @@ class Engine:
         self.running: list[Sequence] = []
         self.finished: dict[int, Sequence] = {}
         self.metrics = EngineMetrics()
+        self._no_draft = torch.zeros(config.max_batch, 0, dtype=torch.long)             # (B, 0)
         self._sampling: BatchSampling | None = None
 
     # ---- requests -------------------------------------------------------------------------
@@ -107,8 +109,7 @@ class Engine:
         self.proposer.plan(batch)
         k = self.policy.choose(batch)
         # 3. Propose up to k tokens per row.
-        draft = self.proposer.propose(batch, k) if k > 0 else Draft(
-            torch.zeros(B, 0, dtype=torch.long), lengths=[0] * B)
+        draft = self.proposer.propose(batch, k) if k > 0 else Draft(self._no_draft[:B], lengths=[0] * B)
         key = self.proposer.cost_key()
         look = self.lookahead.betas(batch, draft, key, batch.sampling) if self.lookahead and k > 0 else None
         num_draft = draft.num_tokens()
@@ -118,24 +119,30 @@ class Engine:
         kk = draft.tokens.shape[1]
         # 4. One target forward over [pending, d_1..d_k] for every row. Inputs are built on
         #    the host from lists: two small tensors, not a chain of cat/arange/clamp ops.
-        dev = self.target.device
+        dev = self.device
         draft_rows = draft.tokens.tolist() if kk else [[] for _ in batch]
         last = self.cache_len - 1
         tokens = torch.tensor([[s.token_ids[-1]] + d for s, d in zip(batch, draft_rows)], device=dev)  # (B, k+1)
         positions = torch.tensor([[min(n + j, last) for j in range(kk + 1)]
                                   for n in self.cache.lengths[:B]], device=dev)                     # (B, k+1)
         logits = self.target(tokens, positions, self.cache)                             # (B, k+1, V)
-        # 5. Verify: accepted prefix per row and the recovered/bonus token.
-        n_draft_t = torch.tensor(num_draft, device=dev)
-        num_accepted, next_token, beta, p_bonus = self._verify(logits, draft, n_draft_t, batch.sampling)
-        # one host sync per step: accepted counts, next tokens and, for the adaptive policy,
-        # each draft's acceptance probability (sampled rows) and the one past last round's k
-        # (lookahead.py), together
-        host = torch.stack([num_accepted, next_token], 1)
-        extra = ([beta] if beta is not None else []) + ([look[1][:, None].to(dev)] if look else [])
-        if extra:
-            host = torch.cat([host.double()] + [x.double() for x in extra], 1)
-        host = host.tolist()
+        # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
+        #    (no drafts) only picks the next token.
+        plain = self._plain_next(logits, batch.sampling) if kk == 0 else None
+        if plain is not None:
+            (next_token, p_bonus), beta = plain, None
+            host = [[0, t] for t in next_token.tolist()]
+        else:
+            n_draft_t = torch.tensor(num_draft, device=dev)
+            num_accepted, next_token, beta, p_bonus = self._verify(logits, draft, n_draft_t, batch.sampling)
+            # one host sync per step: accepted counts, next tokens and, for the adaptive
+            # policy, each draft's acceptance probability (sampled rows) and the one past
+            # last round's k (lookahead.py), together
+            host = torch.stack([num_accepted, next_token], 1)
+            extra = ([beta] if beta is not None else []) + ([look[1][:, None].to(dev)] if look else [])
+            if extra:
+                host = torch.cat([host.double()] + [x.double() for x in extra], 1)
+            host = host.tolist()
         # 6. Commit: advance caches, append tokens, check stop conditions.
         accepted = [int(row[0]) for row in host]
         accept_prob = [row[2:2 + kk] for row in host] if beta is not None else None
@@ -164,6 +171,18 @@ class Engine:
         self._retire()
         return list(batch)
 
+    @staticmethod
+    def _plain_next(logits, sampling: BatchSampling):
+        """(next_token (B,), p (B, V) or None) for a round without drafts, or None for a batch
+        mixing greedy and sampled rows (verification handles that). Same draws as
+        verification's."""
+        if sampling.all_greedy:
+            return logits[:, 0].argmax(-1), None
+        if not sampling.any_greedy:
+            p = sampling.probs(logits)[:, 0]                                            # (B, V)
+            return sample(p, sampling.uniforms(1)[:, 0]), p
+        return None
+
     def _verify(self, logits, draft: Draft, n_draft, sampling: BatchSampling):
         """-> (num_accepted (B,), next_token (B,), beta (B, k) or None, p_bonus (B, V) or None).
         beta, each draft's acceptance probability, is computed for sampled batches when the
@@ -175,8 +194,6 @@ class Engine:
         p = sampling.probs(logits)                                                      # (B, k+1, V)
         kk = tokens.shape[1]
         u = sampling.uniforms(kk + 1)
-        if kk == 0 and not sampling.any_greedy:                                         # a plain step
-            return torch.zeros_like(n_draft), sample(p[:, 0], u[:, 0]), None, p[:, 0]
         n_acc, nxt = rejection_verify(p, draft.probs, tokens, n_draft, u[:, :kk], u[:, kk])
         beta = (acceptance_probability(p, draft.probs, tokens)                          # (B, k)
                 if kk > 0 and getattr(self.policy, "learns_from_beta", False) else None)
@@ -208,7 +225,7 @@ class Engine:
         return admitted
 
     def _prefill(self, seq: Sequence, row: int) -> None:
-        dev = self.target.device
+        dev = self.device
         ids = torch.tensor([seq.token_ids], dtype=torch.long, device=dev)               # (1, P)
         pos = torch.arange(ids.shape[1], device=dev)[None]
         self.cache.lengths[row] = 0
@@ -255,7 +272,7 @@ class Engine:
     def _batch_sampling(self) -> BatchSampling:
         if self._sampling is None:
             self._sampling = BatchSampling([s.params for s in self.running],
-                                           [s.generator for s in self.running], self.target.device)
+                                           [s.generator for s in self.running], self.device)
         return self._sampling
 
     # ---- convenience ---------------------------------------------------------------------
