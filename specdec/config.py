@@ -8,6 +8,9 @@ from .errors import ConfigError
 K_MAX = 16
 
 
+# the range torch.Generator.manual_seed accepts (a signed or unsigned 64-bit integer)
+SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request samples. temperature 0 means greedy."""
@@ -29,8 +32,8 @@ class SamplingParams:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens}")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or not SEED_MIN <= self.seed <= SEED_MAX):
+            raise ConfigError(f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}], got {self.seed!r}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 
     @property

@@ -104,6 +104,10 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             obj = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise HTTPError(400, f"request body is not valid JSON: {e}")
+        bad = _unencodable(obj)
+        if bad is not None:
+            raise HTTPError(400, f"{bad or 'body'}: text is not valid Unicode (a lone surrogate)",
+                            param=bad or None)
         try:
             req = model_cls.model_validate(obj)
         except ValidationError as e:
@@ -169,11 +173,17 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
                        bool(req.stream_options and req.stream_options.include_usage))
             return StreamingResponse(gen, media_type="text/event-stream")
         text, reason = "", None
-        async for kind, val in _events(request, worker, h, stream):
-            if kind == "text":
-                text += val
-            else:
-                reason = val
+        # a non-streaming response writes nothing until the end, so nothing would notice a
+        # client that left: a task waits for the disconnect message and aborts the request
+        watcher = asyncio.create_task(_abort_on_disconnect(request, worker, h))
+        try:
+            async for kind, val in _events(request, worker, h, stream):
+                if kind == "text":
+                    text += val
+                else:
+                    reason = val
+        finally:
+            watcher.cancel()
         usage = _usage(h, stream)
         if chat_mode:
             out = P.chat_response(cid, cfg.model_name, created, text, reason, usage)
@@ -194,6 +204,8 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
                 raise HTTPError(400, "batched prompts are not supported; send one prompt per request",
                                 param="prompt")
             prompt = prompt[0]
+        if isinstance(prompt, str) and not prompt:
+            raise HTTPError(400, "empty prompt", param="prompt")
         ids = models.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         return await run(request, req, ids, 16 if req.max_tokens is None else req.max_tokens, False)
 
@@ -210,6 +222,34 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         return await run(request, req, ids, req.max_completion_tokens or req.max_tokens, True)
 
     return app
+
+
+async def _abort_on_disconnect(request: Request, worker: Worker, h: Handle) -> None:
+    """Wait for the client's disconnect and abort `h` then (its rows are freed at once)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            worker.abort(h, "abort")
+            return
+
+
+def _unencodable(obj, loc: str = "") -> str | None:
+    """The location of the first string in a JSON value that UTF-8 cannot encode (JSON allows
+    escaped lone surrogates such as "\\ud800"; the tokenizer does not), or None."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return loc
+        return None
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        if isinstance(key, str) and _unencodable(key) is not None:
+            return loc
+        found = _unencodable(value, f"{loc}.{key}" if loc else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 async def _events(request: Request, worker: Worker, h: Handle, stream: TextStream):

@@ -16,6 +16,8 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from ..config import SEED_MAX, SEED_MIN
+
 Number = Union[StrictInt, StrictFloat]
 
 
@@ -40,7 +42,7 @@ class _Sampling(_Req):
     temperature: Number | None = Field(default=None, ge=0, le=2)
     top_p: Number | None = Field(default=None, gt=0, le=1)
     top_k: StrictInt | None = Field(default=None, ge=0)
-    seed: StrictInt | None = None
+    seed: StrictInt | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     stop: StrictStr | list[StrictStr] | None = None
     stream: StrictBool = False
     stream_options: StreamOptions | None = None

@@ -117,3 +117,50 @@ def test_request_timeout(tiny_models):
         assert '"timeout_error"' in lines[-2] and lines[-1] == "data: [DONE]"
         wait_idle(app)
         assert app.state.worker.leaks() == []
+
+
+def test_a_lone_surrogate_gets_400_and_the_connection_stays_usable(server):
+    """JSON may escape a lone surrogate; the tokenizer cannot take it (it was a 500 that
+    reset the keep-alive connection)."""
+    with httpx.Client(base_url=server[0]) as client:
+        for path, body in (("/v1/completions", b'{"prompt": "a\\ud800b", "max_tokens": 2}'),
+                           ("/v1/chat/completions",
+                            b'{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}'),
+                           ("/v1/completions", b'{"prompt": "x", "stop": ["\\ud83d"], "max_tokens": 2}')):
+            r = client.post(path, content=body, headers={"content-type": "application/json"})
+            assert_error(r, 400, contains="surrogate")
+        ok = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2})
+        assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize("seed, status", [(2 ** 64, 400), (-(2 ** 63) - 1, 400), (2 ** 64 - 1, 200), (-1, 200)])
+def test_seeds_outside_64_bits_get_400(server, seed, status):
+    r = post(server[0], {"prompt": "x", "max_tokens": 2, "temperature": 1, "seed": seed})
+    if status == 400:
+        assert_error(r, 400, contains="seed")
+    else:
+        assert r.status_code == 200, r.text
+
+
+def test_an_empty_prompt_string_gets_400(server):
+    assert_error(post(server[0], {"prompt": "", "max_tokens": 2}), 400, contains="empty prompt")
+
+
+def test_a_non_streaming_client_that_leaves_frees_its_slot(server):
+    """The disconnect check used to run only after 0.5 s without a token, which never
+    happens mid-generation: the slot stayed busy until the generation ended."""
+    import time
+    url, app = server
+    wait_idle(app)
+    worker = app.state.worker
+    aborted = worker.metrics.request_success.labels(finished_reason="abort")
+    before = aborted._value.get()
+    body = {"prompt": "x", "max_tokens": 480, "temperature": 0, "ignore_eos": True}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(url + "/v1/completions", json=body, timeout=0.05)
+    end = time.time() + 5.0
+    while (worker.num_running or aborted._value.get() == before) and time.time() < end:
+        time.sleep(0.005)
+    assert worker.num_running == 0
+    assert aborted._value.get() == before + 1      # ended by the disconnect, not by its length
+    assert httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}).status_code == 200
