@@ -12,7 +12,6 @@ import asyncio
 import hmac
 import importlib.util
 import json
-import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -22,11 +21,13 @@ from pydantic import ValidationError
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..engine.build import Models
-from ..errors import ConfigError, PromptError, SpecdecError
+from ..errors import ConfigError, PromptError
 from ..proposers import _load_builtin  # noqa: F401  (registers the built-in proposers)
 from ..proposers import available as available_methods
 from . import protocol as P
 from .metrics import ServerMetrics
+from .events import HTTPError, abort_on_disconnect, events, sse
+from .events import usage as usage_of
 from .text import ChatFormatter, TextStream
 from .worker import Handle, QueueFull, ShuttingDown, Worker
 
@@ -41,13 +42,6 @@ class ServerConfig:
     request_timeout: float = 600.0
     model_name: str = "specdec"
     max_engines: int = 4
-
-
-class HTTPError(Exception):
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param = status, message, type_, param
 
 
 def _err(status: int, message: str, type_: str = "invalid_request_error", param=None) -> JSONResponse:
@@ -104,7 +98,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             obj = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise HTTPError(400, f"request body is not valid JSON: {e}")
-        bad = _unencodable(obj)
+        bad = P.unencodable(obj)
         if bad is not None:
             raise HTTPError(400, f"{bad or 'body'}: text is not valid Unicode (a lone surrogate)",
                             param=bad or None)
@@ -169,22 +163,22 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         cid, created = P.new_id("chatcmpl" if chat_mode else "cmpl"), P.now()
         stream = TextStream(models.tokenizer, req.stop_list())
         if req.stream:
-            gen = _sse(request, worker, h, stream, cid, created, cfg.model_name, chat_mode,
+            gen = sse(request, worker, h, stream, cid, created, cfg.model_name, chat_mode,
                        bool(req.stream_options and req.stream_options.include_usage))
             return StreamingResponse(gen, media_type="text/event-stream")
         text, reason = "", None
         # a non-streaming response writes nothing until the end, so nothing would notice a
         # client that left: a task waits for the disconnect message and aborts the request
-        watcher = asyncio.create_task(_abort_on_disconnect(request, worker, h))
+        watcher = asyncio.create_task(abort_on_disconnect(request, worker, h))
         try:
-            async for kind, val in _events(request, worker, h, stream):
+            async for kind, val in events(request, worker, h, stream):
                 if kind == "text":
                     text += val
                 else:
                     reason = val
         finally:
             watcher.cancel()
-        usage = _usage(h, stream)
+        usage = usage_of(h, stream)
         if chat_mode:
             out = P.chat_response(cid, cfg.model_name, created, text, reason, usage)
         else:
@@ -222,105 +216,3 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         return await run(request, req, ids, req.max_completion_tokens or req.max_tokens, True)
 
     return app
-
-
-async def _abort_on_disconnect(request: Request, worker: Worker, h: Handle) -> None:
-    """Wait for the client's disconnect and abort `h` then (its rows are freed at once)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            worker.abort(h, "abort")
-            return
-
-
-def _unencodable(obj, loc: str = "") -> str | None:
-    """The location of the first string in a JSON value that UTF-8 cannot encode (JSON allows
-    escaped lone surrogates such as "\\ud800"; the tokenizer does not), or None."""
-    if isinstance(obj, str):
-        try:
-            obj.encode("utf-8")
-        except UnicodeEncodeError:
-            return loc
-        return None
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
-    for key, value in items:
-        if isinstance(key, str) and _unencodable(key) is not None:
-            return loc
-        found = _unencodable(value, f"{loc}.{key}" if loc else str(key))
-        if found is not None:
-            return found
-    return None
-
-
-async def _events(request: Request, worker: Worker, h: Handle, stream: TextStream):
-    """Yield ("text", delta) then ("finish", reason); abort on disconnect or stop string.
-    Raises HTTPError for a failed or timed-out request."""
-    finished, reason = False, "abort"
-    give_up = time.monotonic() + worker.request_timeout + 10     # if the engine thread died
-    try:
-        while True:
-            try:
-                kind, val = await asyncio.wait_for(h.events.get(), timeout=0.5)
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    return
-                if time.monotonic() > give_up or not worker.alive:
-                    raise HTTPError(500, "the engine thread stopped answering", "server_error")
-                continue
-            if kind == "error":
-                finished = True
-                status = 400 if isinstance(val, SpecdecError) else 500
-                raise HTTPError(status, str(val), "invalid_request_error" if status == 400 else "server_error")
-            if kind == "tokens":
-                delta = stream.push(val)
-                if delta:
-                    yield "text", delta
-                if stream.stopped:
-                    reason = "stop"
-                    yield "finish", "stop"
-                    return
-                continue
-            finished = True
-            if val == "timeout":
-                raise HTTPError(408, f"the request timed out after {worker.request_timeout:g} s",
-                                "timeout_error")
-            tail = stream.flush()
-            if tail:
-                yield "text", tail
-            yield "finish", "stop" if val == "abort" else val
-            return
-    finally:
-        if not finished:
-            worker.abort(h, reason)   # frees the request's cache rows at once (no-op if done)
-
-
-def _usage(h: Handle, stream: TextStream) -> P.Usage:
-    st = h.seq.stats if h.seq is not None else None
-    n = len(stream.ids)
-    drafts = st.drafts if st else 0
-    return P.Usage(prompt_tokens=len(h.prompt_ids), completion_tokens=n, total_tokens=len(h.prompt_ids) + n,
-                   accepted_tokens=st.accepted_tokens if st else 0, draft_tokens=st.draft_tokens if st else 0,
-                   mean_acceptance_length=1 + st.accepted_tokens / drafts if drafts else 1.0)
-
-
-async def _sse(request, worker, h, stream, cid, created, model, chat_mode: bool, include_usage: bool):
-    def data(obj) -> str:
-        return f"data: {json.dumps(obj)}\n\n"
-
-    if chat_mode:
-        yield data(P.chat_chunk(cid, model, created, {"role": "assistant", "content": ""}, None))
-    try:
-        async for kind, val in _events(request, worker, h, stream):
-            if kind == "text":
-                yield data(P.chat_chunk(cid, model, created, {"content": val}, None) if chat_mode
-                           else P.completion_chunk(cid, model, created, val, None))
-            else:
-                yield data(P.chat_chunk(cid, model, created, {}, val) if chat_mode
-                           else P.completion_chunk(cid, model, created, "", val))
-    except HTTPError as e:
-        yield data(P.error_body(e.message, e.type, e.param, e.status))
-    if include_usage:
-        chunk = (P.chat_chunk if chat_mode else P.completion_chunk)(cid, model, created, "", None, _usage(h, stream))
-        chunk["choices"] = []
-        yield data(chunk)
-    yield "data: [DONE]\n\n"

@@ -81,6 +81,25 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
 
 
+def unencodable(obj, loc: str = "") -> str | None:
+    """The location of the first string in a JSON value that UTF-8 cannot encode (JSON allows
+    escaped lone surrogates such as "\\ud800"; the tokenizer does not), or None."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return loc
+        return None
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        if isinstance(key, str) and unencodable(key) is not None:
+            return loc
+        found = unencodable(value, f"{loc}.{key}" if loc else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 # ---- responses ---------------------------------------------------------------------------
 class Usage(BaseModel):
     prompt_tokens: int

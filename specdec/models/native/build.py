@@ -1,4 +1,4 @@
-"""Compile decoder.c once per machine and load it; None (and one warning) where that fails.
+"""Compile decoder.c (with simd.h and linear.h) once per machine and load it; None (and one warning) where that fails.
 
 The shared library is cached under ~/.cache/specdec/native (or $SPECDEC_CACHE/native),
 keyed by the source, the flags, the compiler and the CPU, so a second start loads it in
@@ -52,7 +52,9 @@ def _compiler() -> str | None:
 
 
 def library_path(cc: str) -> Path:
-    h = hashlib.sha256(SOURCE.read_bytes())
+    h = hashlib.sha256()
+    for src in sorted(SOURCE.parent.glob("*.[ch]")):     # decoder.c and the headers it includes
+        h.update(src.read_bytes())
     for part in (*FLAGS, cc, *sorted(set(_cpu_model()))):
         h.update(part.encode())
     return cache_dir() / f"decoder-{h.hexdigest()[:16]}.so"
