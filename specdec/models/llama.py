@@ -154,7 +154,8 @@ class LlamaModel(nn.Module):
     def prepare(self, kernel: LinearKernel) -> "LlamaModel":
         """Freeze for inference: pack every linear weight for `kernel`. The whole-model kernel
         builds the compiled decoder instead, or falls back to a row-invariant linear kernel
-        where the model's shapes or the machine cannot run it."""
+        where the model's shapes or the machine cannot run it. Packed weights are copies:
+        prepare again after changing the weights."""
         self.eval()
         self.native = None
         if getattr(kernel, "whole_model", False):

@@ -55,7 +55,8 @@ def supported(model) -> str | None:
 
 
 class NativeForward:
-    """Holds the fused weights, the rope table and the C structs for one model."""
+    """Holds the packed weights, the rope table and the C structs for one model. The packed
+    weights are a copy: after changing the model's weights, prepare the model again."""
 
     def __init__(self, model, lib):
         self.model, self.lib, c = model, lib, model.config
