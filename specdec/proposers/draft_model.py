@@ -62,7 +62,9 @@ class DraftModelProposer(BaseProposer):
                 tok = logits[:, 0].argmax(-1)
             else:
                 q = s.probs(logits)[:, 0]                                              # (B, V)
-                tok = torch.where(s.greedy_mask, logits[:, 0].argmax(-1), sample(q, u[:, i]))
+                tok = sample(q, u[:, i])
+                if s.any_greedy:
+                    tok = torch.where(s.greedy_mask, logits[:, 0].argmax(-1), tok)
                 qs.append(q)
             out.append(tok)
             if i < k - 1:
