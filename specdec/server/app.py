@@ -112,6 +112,9 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             raise HTTPError(404, f"the model `{req.model}` does not exist", "not_found_error", "model")
         if req.n != 1:
             raise HTTPError(400, "n > 1 is not supported; send one request per completion", param="n")
+        name = P.unsupported_param(req)
+        if name is not None:
+            raise HTTPError(400, f"`{name}` is not supported by this server; leave it unset", param=name)
         return req
 
     def sampling(req, max_tokens: int | None, prompt_len: int) -> SamplingParams:
@@ -163,8 +166,9 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         cid, created = P.new_id("chatcmpl" if chat_mode else "cmpl"), P.now()
         stream = TextStream(models.tokenizer, req.stop_list())
         if req.stream:
+            echo = models.tokenizer.decode(ids) if getattr(req, "echo", False) else ""
             gen = sse(request, worker, h, stream, cid, created, cfg.model_name, chat_mode,
-                       bool(req.stream_options and req.stream_options.include_usage))
+                      bool(req.stream_options and req.stream_options.include_usage), echo)
             return StreamingResponse(gen, media_type="text/event-stream")
         text, reason = "", None
         # a non-streaming response writes nothing until the end, so nothing would notice a

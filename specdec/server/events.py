@@ -85,12 +85,16 @@ def usage(h: Handle, stream: TextStream) -> P.Usage:
                    mean_acceptance_length=1 + st.accepted_tokens / drafts if drafts else 1.0)
 
 
-async def sse(request, worker, h, stream, cid, created, model, chat_mode: bool, include_usage: bool):
+async def sse(request, worker, h, stream, cid, created, model, chat_mode: bool, include_usage: bool,
+              echo: str = ""):
+    """The request's events as server-sent events; `echo` (completions) is sent first."""
     def data(obj) -> str:
         return f"data: {json.dumps(obj)}\n\n"
 
     if chat_mode:
         yield data(P.chat_chunk(cid, model, created, {"role": "assistant", "content": ""}, None))
+    elif echo:
+        yield data(P.completion_chunk(cid, model, created, echo, None))
     try:
         async for kind, val in events(request, worker, h, stream):
             if kind == "text":

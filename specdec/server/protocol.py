@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
@@ -22,7 +22,8 @@ Number = Union[StrictInt, StrictFloat]
 
 
 class _Req(BaseModel):
-    # Unknown fields (user, logit_bias, ...) are accepted and ignored, as many servers do.
+    # Fields not declared here (metadata such as `user`) are accepted and ignored; every
+    # parameter that would change the output is declared, and handled or refused.
     model_config = ConfigDict(extra="ignore")
 
 
@@ -34,6 +35,30 @@ class SpeculativeOptions(_Req):
 
 class StreamOptions(_Req):
     include_usage: StrictBool = False
+
+
+# Parameters that would change the output and that specdec does not implement: a request
+# that sets one to anything but its no-op value gets a 400 naming it, never a silent 200.
+UNSUPPORTED = {
+    "logprobs": lambda v: v is None or v is False,
+    "top_logprobs": lambda v: v is None or v == 0,
+    "best_of": lambda v: v is None or v == 1,
+    "logit_bias": lambda v: v is None or v == {},
+    "frequency_penalty": lambda v: v is None or v == 0,
+    "presence_penalty": lambda v: v is None or v == 0,
+    "repetition_penalty": lambda v: v is None or v == 1,
+    "min_tokens": lambda v: v is None or v == 0,
+    "suffix": lambda v: v is None or v == "",
+    "tools": lambda v: v is None or v == [],
+    "tool_choice": lambda v: v is None or v == "none",
+    "response_format": lambda v: v is None or v == {"type": "text"},
+}
+
+
+def unsupported_param(req) -> str | None:
+    """The first parameter of UNSUPPORTED that `req` sets to a value that would matter."""
+    return next((name for name, noop in UNSUPPORTED.items()
+                 if name in type(req).model_fields and not noop(getattr(req, name))), None)
 
 
 class _Sampling(_Req):
@@ -50,6 +75,18 @@ class _Sampling(_Req):
     ignore_eos: StrictBool = False   # extension (as in vLLM): generate exactly max_tokens
     return_token_ids: StrictBool = False  # extension: choices[0].token_ids (non-streaming)
     speculative: SpeculativeOptions | None = None
+    # declared so that they are refused, not ignored (UNSUPPORTED)
+    logprobs: Any = None
+    top_logprobs: Any = None
+    best_of: Any = None
+    logit_bias: Any = None
+    frequency_penalty: Any = None
+    presence_penalty: Any = None
+    repetition_penalty: Any = None
+    min_tokens: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    response_format: Any = None
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -61,6 +98,7 @@ class _Sampling(_Req):
 class CompletionRequest(_Sampling):
     prompt: StrictStr | list[StrictInt] | list[StrictStr] | list[list[StrictInt]]
     echo: StrictBool = False
+    suffix: Any = None
 
 
 class ChatMessage(_Req):

@@ -164,3 +164,41 @@ def test_a_non_streaming_client_that_leaves_frees_its_slot(server):
     assert worker.num_running == 0
     assert aborted._value.get() == before + 1      # ended by the disconnect, not by its length
     assert httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("name, value, noop", [
+    ("logprobs", 2, None), ("logprobs", True, False), ("top_logprobs", 3, 0), ("best_of", 3, 1),
+    ("logit_bias", {"5": 10}, {}), ("frequency_penalty", 0.5, 0), ("presence_penalty", 1.0, 0),
+    ("repetition_penalty", 1.2, 1), ("min_tokens", 4, 0), ("suffix", "end", ""),
+    ("tools", [{"type": "function", "function": {"name": "f"}}], []), ("tool_choice", "auto", "none"),
+    ("response_format", {"type": "json_object"}, {"type": "text"}),
+])
+def test_parameters_that_change_the_output_are_refused_not_ignored(server, name, value, noop):
+    path, body = ("/v1/completions", {"prompt": "x", "max_tokens": 2})
+    if name in ("tools", "tool_choice", "response_format", "top_logprobs"):
+        path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    err = assert_error(post(server[0], {**body, name: value}, path), 400, contains=name)
+    assert err["param"] == name
+    assert post(server[0], {**body, name: noop}, path).status_code == 200
+
+
+def test_every_request_field_is_handled_or_refused():
+    """A field added to the request models must be implemented (listed here) or refused
+    (protocol.UNSUPPORTED); nothing a client sends is declared and then ignored."""
+    from specdec.server import protocol as P
+    handled = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
+               "stream_options", "n", "ignore_eos", "return_token_ids", "speculative", "prompt", "echo",
+               "messages", "max_completion_tokens"}
+    for model in (P.CompletionRequest, P.ChatCompletionRequest):
+        assert set(model.model_fields) <= handled | set(P.UNSUPPORTED), set(model.model_fields) - handled
+
+
+def test_echo_is_honoured_when_streaming(server):
+    body = {"prompt": "def f(x):", "max_tokens": 3, "echo": True, "stream": True, "temperature": 0}
+    with httpx.stream("POST", server[0] + "/v1/completions", json=body) as r:
+        chunks = [line[6:] for line in r.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
+    import json
+    text = "".join(c["choices"][0]["text"] for c in map(json.loads, chunks) if c["choices"])
+    assert text.startswith("def f(x):")
+    plain = post(server[0], {**body, "stream": False}).json()["choices"][0]["text"]
+    assert text == plain
