@@ -28,6 +28,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-queue", type=int, default=64, help="requests waiting; beyond this: 429")
     p.add_argument("--max-model-len", type=int, help="prompt + output cap (default: model context)")
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--max-request-bytes", type=int, default=8 * 2 ** 20,
+                   help="largest request body; beyond it: 413 (default 8 MiB)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds to let in-flight requests finish on SIGTERM")
     p.add_argument("--served-model-name", default=None, help="model id in the API (default: target dir name)")
@@ -60,7 +62,7 @@ def run(args) -> int:
     spec = spec_from_args(args, has_draft=models.draft is not None)
     cfg = ServerConfig(spec=spec, max_batch=args.max_batch, max_queue=args.max_queue,
                        max_model_len=args.max_model_len, api_key=args.api_key,
-                       request_timeout=args.request_timeout,
+                       request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes,
                        model_name=args.served_model_name or Path(target).resolve().name)
     app = create_app(models, cfg)
     # SIGTERM/SIGINT: stop accepting, let open requests finish (bounded by

@@ -42,6 +42,10 @@ class ServerConfig:
     request_timeout: float = 600.0
     model_name: str = "specdec"
     max_engines: int = 4
+    # A context's worth of text is at most a few hundred KB (2,048 tokens of a few bytes each,
+    # or their ids as JSON); 8 MiB leaves room for long chat histories and refuses bodies
+    # whose parsing and tokenizing alone would hold the server for seconds.
+    max_request_bytes: int = 8 * 2 ** 20
 
 
 def _err(status: int, message: str, type_: str = "invalid_request_error", param=None) -> JSONResponse:
@@ -93,9 +97,23 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         return {"object": "list", "data": [{"id": cfg.model_name, "object": "model", "created": P.now(),
                                             "owned_by": "specdec", "max_model_len": mml}]}
 
+    async def read_body(request: Request) -> bytes:
+        """The body, refused with a 413 as soon as it passes max_request_bytes."""
+        limit = cfg.max_request_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise HTTPError(413, f"request body of {declared} bytes exceeds the server's {limit}")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise HTTPError(413, f"request body exceeds the server's {limit} bytes")
+        return bytes(body)
+
     async def parse(request: Request, model_cls):
+        raw = await read_body(request)
         try:
-            obj = json.loads(await request.body())
+            obj = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise HTTPError(400, f"request body is not valid JSON: {e}")
         bad = P.unencodable(obj)
@@ -204,7 +222,9 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             prompt = prompt[0]
         if isinstance(prompt, str) and not prompt:
             raise HTTPError(400, "empty prompt", param="prompt")
-        ids = models.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        # tokenizing a long prompt runs off the event loop, so other streams keep flowing
+        ids = await asyncio.to_thread(models.tokenizer.encode, prompt) if isinstance(prompt, str) \
+            else list(prompt)
         return await run(request, req, ids, 16 if req.max_tokens is None else req.max_tokens, False)
 
     @app.post("/v1/chat/completions")
@@ -214,7 +234,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             if isinstance(m.content, list) and any(p.get("type") != "text" for p in m.content):
                 raise HTTPError(400, "only text content parts are supported", param=f"messages.{i}.content")
         try:
-            ids = chat.encode([(m.role, m.text()) for m in req.messages])
+            ids = await asyncio.to_thread(chat.encode, [(m.role, m.text()) for m in req.messages])
         except PromptError as e:
             raise HTTPError(400, str(e), param="messages")
         return await run(request, req, ids, req.max_completion_tokens or req.max_tokens, True)

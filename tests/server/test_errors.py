@@ -202,3 +202,17 @@ def test_echo_is_honoured_when_streaming(server):
     assert text.startswith("def f(x):")
     plain = post(server[0], {**body, "stream": False}).json()["choices"][0]["text"]
     assert text == plain
+
+
+def test_a_body_over_the_limit_gets_413_declared_or_streamed(tiny_models):
+    with live_server(tiny_models, model_name="tiny", max_request_bytes=1000) as (url, _):
+        assert_error(post(url, {"prompt": "x" * 2000, "max_tokens": 1}), 413, contains="exceeds")
+
+        def chunks():                                   # no content-length: counted as it arrives
+            yield b'{"prompt": "'
+            for _ in range(20):
+                yield b"y" * 100
+            yield b'", "max_tokens": 1}'
+        r = httpx.post(url + "/v1/completions", content=chunks(), headers={"content-type": "application/json"})
+        assert_error(r, 413, contains="exceeds")
+        assert post(url, {"prompt": "x" * 500, "max_tokens": 1}).status_code == 200
