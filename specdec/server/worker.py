@@ -231,11 +231,15 @@ class Worker:
             self.metrics.prompt_tokens.inc(len(h.prompt_ids))
 
     def _drop_pending(self, h: Handle, reason: str | None, error: Exception | None = None) -> None:
+        """End a request that never got a row (aborted, timed out or refused while queued);
+        it is counted like any finished request."""
         if h in self._pending:
             self._pending.remove(h)
             with self._lock:
                 self._queued -= 1
         h.done = True
+        self.metrics.e2e.observe(time.perf_counter() - h.t_submit)
+        self.metrics.request_success.labels(finished_reason=reason or "error").inc()
         h.post("error", error) if error is not None else h.post("done", reason)
 
     def _expire(self) -> None:

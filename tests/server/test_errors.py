@@ -216,3 +216,22 @@ def test_a_body_over_the_limit_gets_413_declared_or_streamed(tiny_models):
         r = httpx.post(url + "/v1/completions", content=chunks(), headers={"content-type": "application/json"})
         assert_error(r, 413, contains="exceeds")
         assert post(url, {"prompt": "x" * 500, "max_tokens": 1}).status_code == 200
+
+
+def test_a_request_that_ends_while_queued_is_counted(server):
+    """Aborted or timed out before it got a row: counted in vllm:request_success like any
+    finished request (it used to vanish from the metrics)."""
+    import asyncio
+    from specdec.config import SamplingParams
+    from specdec.server.worker import Handle
+    worker = server[1].state.worker
+    loop = asyncio.new_event_loop()
+    try:
+        for reason in ("abort", "timeout"):
+            counter = worker.metrics.request_success.labels(finished_reason=reason)
+            before = counter._value.get()
+            h = Handle([5, 6], SamplingParams(max_new_tokens=2), ("none", 0), deadline=0.0, loop=loop)
+            worker._drop_pending(h, reason)
+            assert counter._value.get() == before + 1 and h.done
+    finally:
+        loop.close()
