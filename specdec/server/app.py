@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..engine.build import Models
@@ -74,6 +75,11 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     async def _http_error(request, exc: HTTPError):
         return _err(exc.status, exc.message, exc.type, exc.param)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _routing_error(request, exc: StarletteHTTPException):   # unknown path, wrong method
+        return _err(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
+                    "not_found_error" if exc.status_code == 404 else "invalid_request_error")
+
     @app.middleware("http")
     async def _auth(request: Request, call_next):
         if cfg.api_key and request.url.path.startswith("/v1/"):
@@ -92,10 +98,38 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     async def prom():
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    def model_card() -> dict:
+        root = str(models.target_path) if models.target_path else cfg.model_name
+        return {"id": cfg.model_name, "object": "model", "created": P.now(), "owned_by": "specdec",
+                "root": root, "parent": None, "max_model_len": mml}
+
     @app.get("/v1/models")
     async def list_models():
-        return {"object": "list", "data": [{"id": cfg.model_name, "object": "model", "created": P.now(),
-                                            "owned_by": "specdec", "max_model_len": mml}]}
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str):
+        if model_id != cfg.model_name:
+            raise HTTPError(404, f"the model `{model_id}` does not exist", "not_found_error", "model")
+        return model_card()
+
+    @app.get("/version")
+    async def version():
+        return {"version": _version()}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        req = await parse(request, P.TokenizeRequest)
+        ids = await asyncio.to_thread(models.tokenizer.encode, req.prompt, req.add_special_tokens)
+        return {"tokens": ids, "count": len(ids), "max_model_len": mml}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        req = await parse(request, P.DetokenizeRequest)
+        V = models.target.config.vocab_size
+        if any(t < 0 or t >= V for t in req.tokens):
+            raise HTTPError(400, f"token ids must be integers in [0, {V})", param="tokens")
+        return {"prompt": models.tokenizer.decode(req.tokens)}
 
     async def read_body(request: Request) -> bytes:
         """The body, refused with a 413 as soon as it passes max_request_bytes."""
@@ -126,6 +160,8 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             first = e.errors()[0]
             loc = ".".join(str(x) for x in first["loc"])
             raise HTTPError(400, f"{loc}: {first['msg']}" if loc else first["msg"], param=loc or None)
+        if not isinstance(req, P._Sampling):
+            return req
         if req.model is not None and req.model != cfg.model_name:
             raise HTTPError(404, f"the model `{req.model}` does not exist", "not_found_error", "model")
         if req.n != 1:
@@ -240,3 +276,11 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         return await run(request, req, ids, req.max_completion_tokens or req.max_tokens, True)
 
     return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("specdec")
+    except PackageNotFoundError:
+        return "unknown"

@@ -138,6 +138,15 @@ def unencodable(obj, loc: str = "") -> str | None:
     return None
 
 
+class TokenizeRequest(_Req):
+    prompt: StrictStr
+    add_special_tokens: StrictBool = True      # the BOS token, as the completions endpoint adds
+
+
+class DetokenizeRequest(_Req):
+    tokens: list[StrictInt]
+
+
 # ---- responses ---------------------------------------------------------------------------
 class Usage(BaseModel):
     prompt_tokens: int
