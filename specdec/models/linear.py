@@ -110,9 +110,8 @@ def choose_kernel(device_type: str = "cpu", d_in: int = 512, d_out: int = 1536,
     if forced:
         if forced not in KERNELS:
             raise ValueError(f"SPECDEC_LINEAR must be one of {sorted(KERNELS)}")
-        if forced == "onednn" and not _onednn_available(device):
-            return LinearKernel()
-        if forced == "native" and not _native_available(device):
+        if (forced == "onednn" and not _onednn_available(device)) or \
+                (forced == "native" and not _native_available(device)):
             return fallback_kernel(device)
         return KERNELS[forced]()
     if native and _native_available(device):

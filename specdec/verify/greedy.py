@@ -21,8 +21,6 @@ def greedy_verify(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
     """
     target_argmax = target_logits.argmax(dim=-1)                             # (B, k+1)
     k = draft_tokens.shape[1]
-    if k == 0:                                                               # a plain step
-        return torch.zeros_like(target_argmax[:, 0]), target_argmax[:, 0]
     num_accepted = accepted_prefix(draft_tokens == target_argmax[:, :k], num_draft)
     next_token = target_argmax.gather(1, num_accepted[:, None]).squeeze(1)
     return num_accepted, next_token

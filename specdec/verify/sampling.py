@@ -47,7 +47,9 @@ def sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     # never pick a zero-probability token at the numerical edge of the CDF
     idx = idx.clamp_(max=probs.shape[-1] - 1)
     bad = probs.gather(-1, idx[:, None]).squeeze(-1) <= 0
-    if not bool(bad.any()):        # the usual case: skip a second pass over the vocabulary
+    # the usual case skips a second pass over the vocabulary; reading `bad` is free on the
+    # CPU, a device sync elsewhere, so other devices always take the branch-free form
+    if probs.device.type == "cpu" and not bool(bad.any()):
         return idx
     return torch.where(bad, probs.argmax(-1), idx)
 

@@ -84,6 +84,7 @@ class NativeForward:
             setattr(self.struct, name, ctypes.cast(self._arrays[name], _PP))
         self._rope(c.max_position_embeddings)
         self._scratch = torch.empty(0)
+        self._scratch_need: dict[tuple, int] = {}           # (rows, max_len, threads) -> floats
         self._lock = threading.Lock()   # the scratch buffer is shared: one forward at a time
 
     def _pack(self, weights) -> torch.Tensor:
@@ -127,7 +128,10 @@ class NativeForward:
         with self._lock:
             if cache.max_len > self.struct.rope_len:
                 self._rope(cache.max_len)
-            need = self.lib.sd_scratch_floats(ctypes.byref(self.struct), B * T, cache.max_len, threads)
+            shape = (B * T, cache.max_len, threads)
+            need = self._scratch_need.get(shape)
+            if need is None:
+                need = self._scratch_need[shape] = self.lib.sd_scratch_floats(ctypes.byref(self.struct), *shape)
             if self._scratch.numel() < need:
                 self._scratch = torch.empty(need)
             rc = self.lib.sd_forward(
