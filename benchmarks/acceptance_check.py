@@ -41,7 +41,7 @@ import torch  # noqa: E402
 from specdec.analysis.workloads import load_workload  # noqa: E402
 from specdec.config import EngineConfig, SamplingParams  # noqa: E402
 from specdec.defaults import default_draft, default_target  # noqa: E402
-from specdec.engine.build import load_models, make_engine  # noqa: E402
+from specdec.build import load_models, make_engine  # noqa: E402
 from adaptive import REQUESTS, calibrated_cost, spec_for  # noqa: E402  (benchmarks/adaptive.py)
 
 

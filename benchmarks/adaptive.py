@@ -44,8 +44,9 @@ from specdec.analysis.workloads import load_workload
 from specdec.config import SamplingParams, SpecConfig
 from specdec.costs.cost_model import DRAFT_KEY, CostModel
 from specdec.defaults import default_draft, default_target
-from specdec.engine.build import load_models
-from specdec.engine.calibrate import round_timer
+from specdec.build import load_models
+from specdec.adaptive.calibrate import round_timer
+from specdec.costs.report import cost_table
 
 FIXED_K = (1, 2, 4, 8)
 GOAL_PLAIN, GOAL_BEST = 0.97, 0.95     # adaptive >= 0.97x plain and >= 0.95x the best fixed k
@@ -238,7 +239,7 @@ def main(argv=None) -> int:
                   + f" {statistics.median(r['lockstep_vs_best_fixed']):.3f})", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "adaptive.json").write_text(json.dumps(
-        {"meta": meta, "cost_model": cost.table(), "results": results}, indent=1, default=str))
+        {"meta": meta, "cost_model": cost_table(cost), "results": results}, indent=1, default=str))
     (args.out / "adaptive.md").write_text(markdown(results, meta))
     print("\n".join(goal_lines(results)))
     print(f"wrote {args.out / 'adaptive.json'} and {args.out / 'adaptive.md'}")

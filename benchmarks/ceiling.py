@@ -22,12 +22,12 @@ from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.engine import Engine
 from specdec.models.linear import choose_kernel
 from specdec.models.llama import LlamaModel
-from specdec.proposers.base import BaseProposer, Draft
+from specdec.proposers.base import Proposer, Draft
 
 from decode_cost import forty_m
 
 
-class Oracle(BaseProposer):
+class Oracle(Proposer):
     """Proposes the known continuation (plain decoding's output) of each row."""
     name = "oracle"
 

@@ -42,7 +42,7 @@ def measure(engine, prompt, params, repeats: int, forward_time: dict) -> dict:
 def main(argv=None) -> dict:
     from specdec.config import EngineConfig, SamplingParams, SpecConfig
     from specdec.defaults import default_draft, default_target
-    from specdec.engine.build import load_models, make_engine
+    from specdec.build import load_models, make_engine
     from specdec.models.llama import LlamaModel
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)

@@ -16,8 +16,8 @@ import torch
 
 from specdec.analysis.workloads import WORKLOADS, load_workload
 from specdec.defaults import default_target
-from specdec.engine.build import load_models
-from specdec.proposers.layerskip import measure_layers
+from specdec.build import load_models
+from specdec.adaptive.layers import measure_layers
 
 
 def main(argv=None) -> int:

@@ -198,7 +198,7 @@ def machine_info() -> dict:
 
 
 def main(argv=None) -> int:
-    from specdec.engine.build import load_models
+    from specdec.build import load_models
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ import torch  # noqa: E402
 from specdec.analysis.workloads import load_workload  # noqa: E402
 from specdec.config import EngineConfig, SamplingParams, SpecConfig  # noqa: E402
 from specdec.defaults import default_draft, default_target  # noqa: E402
-from specdec.engine.build import load_models, make_engine  # noqa: E402
+from specdec.build import load_models, make_engine  # noqa: E402
 from adaptive import calibrated_cost  # noqa: E402  (benchmarks/adaptive.py)
 
 VARIANTS = {"full": (), "choose off": ("choose",), "lookahead off": ("lookahead",),
@@ -51,7 +51,7 @@ def _forced(eng, k: int, off: tuple[str, ...]):
     if "lookahead" in off or "beta" in off:
         eng.lookahead = None
     if "beta" in off:
-        policy.learns_from_beta = False
+        policy.wants_accept_prob = False
     if "observe" in off:
         policy.observe = lambda *a, **kw: None
 

@@ -26,7 +26,7 @@ from specdec.analysis.workloads import WORKLOADS, load_workload
 from specdec.commands.common import _k
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.defaults import default_draft, default_target
-from specdec.engine.build import load_models
+from specdec.build import load_models
 from specdec.engine.engine import Engine
 
 METHODS = ("none", "draft", "ngram", "suffix", "layerskip", "auto")

@@ -21,7 +21,7 @@ class SpecdecRunner:
 
     def __init__(self, name: str, models, spec, setting: str = "", threads: int = 2, max_len: int = 1024):
         from specdec.config import EngineConfig
-        from specdec.engine.build import make_engine
+        from specdec.build import make_engine
         self.name, self.setting, self.threads, self.spec = name, setting, threads, spec
         try:
             self.engine = make_engine(models, spec, EngineConfig(max_batch=1, max_model_len=max_len))
@@ -105,7 +105,7 @@ def specdec_rows(models, ks, threads: int, max_len: int) -> tuple[list, list[dic
                ("specdec auto", SpecConfig(method="auto", k="auto"), "method=auto, k=auto")]
     runners, skipped = [], []
     if models.draft is not None:  # reference row: the draft's own decode speed, for c = t_draft / t_target
-        from specdec.engine.build import Models
+        from specdec.build import Models
         dm = Models(target=models.draft, tokenizer=models.tokenizer)
         try:
             runners.append(SpecdecRunner("specdec plain (draft model)", dm, SpecConfig(method="none", k=0),

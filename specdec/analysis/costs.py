@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..costs.cost_model import CostModel
 from .predict import cost_ratio
+from ..costs.report import cost_table
 
 
 @dataclass
@@ -82,4 +83,4 @@ def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context:
                 on_progress(done / steps)
     return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context) if key else 0.0,
                  lambda b, k, s: cm.t_round(key, b, k, context, s),
-                 "measured cost model (costs/cost_model.py): forwards plus real engine rounds", cm.table())
+                 "measured cost model (costs/cost_model.py): forwards plus real engine rounds", cost_table(cm))

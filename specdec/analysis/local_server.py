@@ -15,7 +15,7 @@ def serving(args, host: str = "127.0.0.1"):
 
     from ..config import SpecConfig
     from ..defaults import default_draft, default_target
-    from ..engine.build import load_models
+    from ..build import load_models
     from ..errors import ConfigError
     from ..server.app import ServerConfig, create_app
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from ..config import EngineConfig, SamplingParams
-from ..engine.build import Models, make_engine
+from ..build import Models, make_engine
 from .predict import fit_alpha
 
 

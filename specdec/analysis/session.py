@@ -18,8 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress as _Rich, Text
 
 from ..config import EngineConfig
 from ..errors import ConfigError
-from ..engine.build import make_engine
-from ..engine.calibrate import round_timer
+from ..build import make_engine
+from ..adaptive.calibrate import round_timer
 from .costs import load_costs
 from .measure import Plan, plan_cells, run_plan
 from .report import write_report

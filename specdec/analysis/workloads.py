@@ -12,7 +12,7 @@ import ast
 import hashlib
 import random as _random
 
-from ..train.corpus import corpus_files, prose_text, read_text
+from ..corpus import corpus_files, prose_text, read_text
 
 WORKLOADS = ("code", "prose", "grounded", "random")
 MARKER = "\n\n# The same function again, with `{old}` renamed to `{new}`:\n"

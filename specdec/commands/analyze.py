@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..analysis.remote import add_remote_args
 from ..analysis.workloads import WORKLOADS, load_workload
 from ..defaults import default_draft, default_target
 from ..errors import ConfigError
@@ -60,21 +61,8 @@ def add_parser(sub) -> None:
                    help="reuse the cost model's cached step times instead of timing them now")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--out", type=Path, default=Path("specdec-analysis"), help="output directory")
-    _add_remote_args(p)
-    p.set_defaults(func=run)
-
-
-def _add_remote_args(p) -> None:
-    try:
-        from ..analysis.remote import add_remote_args
-    except ModuleNotFoundError as e:
-        if e.name != "specdec.analysis.remote":
-            raise
-        p.add_argument("--endpoint", help="(unavailable: specdec/analysis/remote.py is not in this build)")
-        p.add_argument("--emit-vllm-config", action="store_true",
-                       help="(unavailable: specdec/analysis/remote.py is not in this build)")
-        return
     add_remote_args(p)
+    p.set_defaults(func=run)
 
 
 def _settings(args) -> dict:
@@ -103,16 +91,10 @@ def _prompts(args, tokenizer, names, n, prompt_tokens) -> dict[str, list[list[in
 
 def run(args) -> int:
     if getattr(args, "endpoint", None) or getattr(args, "emit_vllm_config", None):
-        try:
-            from ..analysis.remote import run_remote
-        except ModuleNotFoundError as e:
-            if e.name != "specdec.analysis.remote":
-                raise
-            raise ConfigError("--endpoint/--emit-vllm-config need specdec/analysis/remote.py, "
-                              "which is not in this build")
+        from ..analysis.remote import run_remote
         return run_remote(args)
     from ..analysis.session import Progress, analyze
-    from ..engine.build import load_models
+    from ..build import load_models
 
     s = _settings(args)
     target = args.target or default_target()

@@ -1,14 +1,13 @@
 """`specdec generate`: decode prompts plainly or speculatively and report the statistics."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from ..config import EngineConfig, SamplingParams, SpecConfig
+from ..config import EngineConfig, SamplingParams
 from ..defaults import default_draft, default_target
-from ..engine.build import load_models, make_engine
+from ..build import load_models, make_engine
 from ..errors import PromptError
 from .common import add_compile_arg, add_method_args, spec_from_args
 

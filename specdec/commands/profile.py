@@ -14,6 +14,7 @@ from pathlib import Path
 from ..defaults import default_draft, default_target
 from ..errors import ConfigError
 from .common import add_compile_arg
+from ..costs.report import cost_table
 
 
 def add_parser(sub) -> None:
@@ -32,7 +33,7 @@ def add_parser(sub) -> None:
 
 
 def render(table: dict) -> None:
-    """Print `CostModel.table()` as rich tables."""
+    """Print `cost_table(CostModel)` as rich tables."""
     from rich.console import Console
     from rich.table import Table
 
@@ -66,7 +67,7 @@ def run(args) -> int:
     import torch
 
     from ..costs.cost_model import CostModel
-    from ..engine.build import load_models
+    from ..build import load_models
 
     if args.k_max < 1 or any(b < 1 for b in args.batch_sizes):
         raise ConfigError("--k-max and --batch-sizes must be >= 1")
@@ -77,7 +78,7 @@ def run(args) -> int:
     cm = CostModel.load_or_measure(models.target, models.draft, device=args.device, threads=threads,
                                    quick=False, k_max=args.k_max, batch_sizes=args.batch_sizes,
                                    remeasure=True)
-    table = cm.table()
+    table = cost_table(cm)
     if args.json:
         print(json.dumps(table, indent=1))
     else:

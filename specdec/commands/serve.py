@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import uvicorn
 
-    from ..engine.build import load_models
+    from ..build import load_models
     from ..server.app import ServerConfig, create_app
 
     if args.method and args.method != "draft" and args.draft is not None:

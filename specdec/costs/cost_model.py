@@ -1,34 +1,24 @@
 """The cost of one speculative round on this machine, measured and cached.
 
-    cm = CostModel.load_or_measure(target, proposer_or_draft=None, device=None, threads=None,
-                                   quick=True, k_max=8, batch_sizes=None)
-    cm.t_target(b, q, L=None)        # seconds of one target forward: b rows, q positions each
-                                     # (q = k + 1 verifies k drafts), L cached tokens per row
-    cm.t_draft(key, b, L=None)       # seconds per proposed token of proposer `key`
-                                     # (`proposer.cost_key()`); 0.0 for draft-free ones
-    cm.t_round(key, b, k, L=None, sampled=False)   # a real engine step drafting k (k = 0: plain):
-                                     # the forwards plus the measured per-round overhead
-    cm.curve(key, b, k_max, sampled) # (base, slope): t_round for k = 0..k_max, linear in L
-    cm.ensure(b) / cm.ensure_rounds(b, key, sampled)   # lazily measure what batch b needs
-    cm.table()                       # everything measured, JSON-ready
-    CostModel.from_function(...)     # a synthetic model (tests, what-if analysis)
+    cm = CostModel.load_or_measure(target, proposer_or_draft, quick=True, k_max=8)
+    cm.t_target(b, q, L)            # one target forward: b rows, q positions each, L cached
+    cm.t_draft(key, b, L)           # per proposed token of proposer `key` (a CostKey); 0 if free
+    cm.t_round(key, b, k, L, sampled)   # a real engine step drafting k (k = 0: plain)
+    cm.curve(key, b, k_max, sampled)    # (base, slope): t_round for k = 0..k_max, linear in L
+    cm.ensure(b) / cm.ensure_rounds(b, key, sampled)   # measure lazily what batch b needs
+    CostModel.from_function(...)    # a synthetic model (tests, what-if analysis)
 
-`proposer_or_draft` is a proposer (its `model` and `num_layers`, if any, are timed; an
-`auto` proposer's arms each are), a draft `LlamaModel` (key "draft:draft") or None.
+Forwards (profiling.py) are timed as the engine calls them, at batch rows {1, 2, 4, .., 64}
+(lazily, the powers of two around b), q in 1..k_max+1 and two cache lengths, and cached
+on disk keyed by what sets the cost (cache.py): architecture, layers used, dtype, kernel,
+CPU model, torch version and threads, not the weights. `quick=True` measures b = 1 at
+q in {1, k_max+1} only; `ensure(b)` measures the endpoints of the rows around a new b at
+once, then one interior q per call. A table measured while the machine was busy is
+re-measured on the first load on a quiet one.
 
-Forwards (profiling.py): one cached forward, called as the engine calls it, at batch rows
-b (default {1, 2, 4, ..., 64}; lazily, the powers of two around b), q in 1..k_max+1, and
-two cache lengths. Cached in `cache_dir()/costs/<hash>.json`, keyed by what sets the cost:
-architecture, layers used, dtype, linear kernel, device (CPU model), torch version and
-threads; weights do not, so a retrained checkpoint of the same shape reuses the table.
-A table measured on a busy machine (1-minute load above the core count) is marked so and
-re-measured on the first load on a quiet machine. Cold start: `quick=True` measures b = 1
-at q in {1, k_max+1} only (well under a second); `ensure(b)` then measures the endpoints
-of the rows around a new b at once, and one interior q per call after that.
-
-Whole rounds (rounds.py): a timer the engine supplies (engine/calibrate.py) steps real
-engines; their overhead beyond the forwards is cached per proposer and sampling mode
-next to the forwards, and measured lazily by `ensure_rounds` in the same way.
+Whole rounds (rounds.py): a timer handed in from above (adaptive/calibrate.py steps real
+engines) measures each proposer's overhead beyond the forwards, per sampling mode, lazily
+in the same way, cached beside the forwards.
 """
 from __future__ import annotations
 
@@ -37,27 +27,30 @@ from pathlib import Path
 import torch
 
 from . import cache
-from .cache import Source, cache_path, identity_hash, load_profile, model_identity  # noqa: F401 (re-exported)
+from .cache import Source, cache_path, identity_hash, load_profile, model_identity
+from .key import CostKey
 from .profiling import GRID_B, ModelProfile, Point, bisect_order
 from .rounds import RoundTable, load_table, plausible, round_ks, save_table
 
-DRAFT_KEY = "draft:draft"       # DraftModelProposer.cost_key() for the default name
-ROUNDS_VERSION = 2              # how rounds are timed (engine/calibrate.py); older caches are stale
+DRAFT_KEY = CostKey("draft", "draft")   # a draft model's key under its default name
+ROUNDS_VERSION = 2              # how rounds are timed (adaptive/calibrate.py); older caches are stale
+
+Mode = tuple[CostKey, bool]     # (proposer, sampled): one table of whole rounds each
 
 
-def _mode(key: str | None, sampled: bool) -> str:
-    return f"{key}|{'sampled' if sampled else 'greedy'}"
+def mode_name(mode: Mode) -> str:
+    return f"{mode[0]}|{'sampled' if mode[1] else 'greedy'}"
 
 
 class CostModel:
     def __init__(self, target: ModelProfile, drafts: dict[str, ModelProfile] | None = None,
                  k_max: int = 8, sources: list[Source] | None = None, timing: dict | None = None):
-        self.target, self.drafts, self.k_max = target, dict(drafts or {}), k_max
+        self.target, self.drafts, self.k_max = target, {CostKey.parse(k) if isinstance(k, str) else k: p for k, p in (drafts or {}).items()}, k_max
         self.q_max = k_max + 1
-        self._sources = sources or []
+        self.sources = sources or []
         self._timing = timing or {}
         self._complete: set[int] = set()
-        self.rounds: dict[str, RoundTable] = {}     # "<key>|greedy" or "<key>|sampled"
+        self.rounds: dict[Mode, RoundTable] = {}
         self._round_timer = None
         self._remeasure = False
         self._rounds_done: set[tuple[str, int]] = set()
@@ -114,8 +107,8 @@ class CostModel:
     @classmethod
     def from_function(cls, target_fn, draft_fns: dict | None = None, k_max: int = 8,
                       batch_sizes=GRID_B, l_ref: int = 128, l_long: int = 512) -> "CostModel":
-        """A synthetic cost model: target_fn(b, q, L) and draft_fns[key](b, L) in seconds,
-        sampled on the same grid a measurement would use (nothing is timed)."""
+        """A synthetic cost model: target_fn(b, q, L) and draft_fns[key](b, L) in seconds (key a
+        CostKey or its string, "draft:draft"), sampled on the grid a measurement would use."""
         tp = ModelProfile(l_ref, l_long)
         drafts = {k: ModelProfile(l_ref, l_long) for k in (draft_fns or {})}
         for b in batch_sizes:
@@ -130,29 +123,29 @@ class CostModel:
     def t_target(self, b: float, q: float, L: float | None = None) -> float:
         return self.target.t(b, q, L)
 
-    def t_draft(self, key: str, b: float, L: float | None = None) -> float:
+    def t_draft(self, key: CostKey | None, b: float, L: float | None = None) -> float:
         prof = self.drafts.get(key)
         return prof.t(b, 1, L) if prof is not None and prof.points else 0.0
 
-    def forward_round(self, key: str | None, b: float, k: int, L: float | None = None) -> float:
+    def forward_round(self, key: CostKey | None, b: float, k: int, L: float | None = None) -> float:
         """Forward-only seconds of a round: one verify forward of k+1 positions, k draft steps."""
         return self.t_target(b, k + 1, L) + (k * self.t_draft(key, b, L) if key else 0.0)
 
-    def t_round(self, key: str | None, b: float, k: int, L: float | None = None,
+    def t_round(self, key: CostKey | None, b: float, k: int, L: float | None = None,
                 sampled: bool = False) -> float:
         """Seconds of one real engine step drafting k tokens (k = 0: a plain decoding step):
         the measured rounds (rounds.py) where there are any, else the forwards alone."""
         f = self.forward_round(key, b, k, L)
-        table = self.rounds.get(_mode(key, sampled))
+        table = self.rounds.get((key, sampled))
         fwd = lambda bb, kk, LL: self.forward_round(key, bb, kk, LL)                 # noqa: E731
         t = table.step(b, k, fwd, self.target.l_ref if L is None else L) if table is not None else None
         return f if t is None else max(t, 0.5 * f)
 
-    def overhead(self, key: str | None, b: float, k: int, sampled: bool = False) -> float:
+    def overhead(self, key: CostKey | None, b: float, k: int, sampled: bool = False) -> float:
         """What a real round costs beyond the forwards: t_round - forward_round."""
         return self.t_round(key, b, k, None, sampled) - self.forward_round(key, b, k)
 
-    def curve(self, key: str | None, b: int, k_max: int | None = None,
+    def curve(self, key: CostKey | None, b: int, k_max: int | None = None,
               sampled: bool = False) -> tuple[list[float], list[float]]:
         """A round's modelled seconds for k = 0..k_max as (base, slope): k drafts from proposer
         `key` then one verify forward cost base[k] + slope[k] * (L - l_ref) at cache length L
@@ -182,30 +175,6 @@ class CostModel:
         slope = [b * p.sigma(k + 1) + k * ts for k in range(n)]
         return base, slope
 
-    def table(self) -> dict:
-        """{"identity", "contended" (measured while the machine was busy), "l_ref", "l_long", "q_max",
-            "target": {b: [seconds at q = 1..q_max]} (measured rows, cache length l_ref),
-            "measured_q": {b: [q measured]}, "kv_sigma": [s per row per cached token, by q],
-            "kv_effect": {b: t(b, q_max, l_long) / t(b, q_max, l_ref)},
-            "draft": {key: {b: seconds per proposed token}}}"""
-        p, qs = self.target, range(1, self.q_max + 1)
-        rows = p.rows(p.l_ref)
-        ident = next((s.identity for s in self._sources if s.is_target), None)
-        return {
-            "identity": ident, "contended": any(s.contended for s in self._sources), "l_ref": p.l_ref, "l_long": p.l_long, "q_max": self.q_max,
-            "target": {b: [self.t_target(b, q) for q in qs] for b in rows},
-            "measured_q": {b: sorted(p.row(p.l_ref, b)) for b in rows},
-            "kv_sigma": [p.sigma(q) for q in qs],
-            "kv_effect": {b: p.t(b, self.q_max, p.l_long) / max(p.t(b, self.q_max, p.l_ref), 1e-12)
-                          for b in rows},
-            "draft": {k: {b: self.t_draft(k, b) for b in d.rows(d.l_ref)} for k, d in self.drafts.items()},
-            "rounds": {m: {"step_s": {b: {k: r.points[(b, k)][0] for k in r.ks(b)} for b in r.rows()},
-                           "overhead_s": {b: {k: self.overhead(m.split("|")[0], b, k, m.endswith("sampled"))
-                                              for k in r.ks(b)} for b in r.rows()},
-                           "contended": r.contended}
-                       for m, r in self.rounds.items()},
-        }
-
     # ---- lazy measurement -------------------------------------------------------------------
     @staticmethod
     def bracket(b: int) -> list[int]:
@@ -216,7 +185,7 @@ class CostModel:
     def ensure(self, b: int) -> bool:
         """Measure what predicting batch `b` still lacks: every required point of its bracketing
         rows at once, then one interior q per call. Returns whether anything was measured."""
-        if not self._sources or b in self._complete:
+        if not self.sources or b in self._complete:
             return False
         rows = self.bracket(b)
         todo = self._required(rows) or self._optional(rows)[:1]
@@ -229,19 +198,19 @@ class CostModel:
     # ---- whole rounds (rounds.py) ---------------------------------------------------------
     def attach_round_timer(self, timer) -> None:
         """`timer(key, b, ks, sampled) -> {k: (seconds, L)}` times real engine steps drafting
-        k tokens with proposer `key` at batch b (engine/calibrate.py builds one)."""
+        k tokens with proposer `key` at batch b (adaptive/calibrate.py builds one)."""
         self._round_timer = timer
 
-    def ensure_rounds(self, b: int, key: str | None, sampled: bool = False, everything: bool = False) -> bool:
+    def ensure_rounds(self, b: int, key: CostKey | None, sampled: bool = False, everything: bool = False) -> bool:
         """Like `ensure`, for real rounds: k in {0, 1, k_max} at the rows around b at once, then
         one interior k per call, timed next to k = 0 and scaled by the row's k = 0 step over
         the one timed with it, so that a row's points agree although they were timed minutes
         apart. With `everything`, every k a row lacks in one timing, whose passes interleave
         the k: the same spell of a shared machine then lands on all of them. Cached on disk
         per proposer and sampling mode. Returns whether anything was measured."""
-        if self._round_timer is None or not self._sources or not key or self.k_max < 1:
+        if self._round_timer is None or not self.sources or not key or self.k_max < 1:
             return False                    # nothing to time with, or a synthetic cost model
-        mode = _mode(key, sampled)
+        mode = (key, sampled)
         if (mode, b) in self._rounds_done:
             return False
         table = self._round_table(mode)
@@ -271,7 +240,7 @@ class CostModel:
         save_table(table, self._rounds_path(mode), self._rounds_identity(mode), cache.contended())
         return True
 
-    def _time_rounds(self, key: str, b: int, ks: list[int], sampled: bool, tries: int = 3) -> dict:
+    def _time_rounds(self, key: CostKey, b: int, ks: list[int], sampled: bool, tries: int = 3) -> dict:
         """Real steps at (b, k) for each k in ks; timed again (up to `tries` times) while they are
         implausible, i.e. a burst of other work on the machine hit some k."""
         for _ in range(tries):
@@ -291,14 +260,14 @@ class CostModel:
         """Whether a round timer is attached (see attach_round_timer)."""
         return self._round_timer is not None
 
-    def _rounds_identity(self, mode: str) -> dict:
-        return {"mode": mode, "k_max": self.k_max, "models": [s.identity for s in self._sources],
+    def _rounds_identity(self, mode: Mode) -> dict:
+        return {"mode": mode_name(mode), "k_max": self.k_max, "models": [s.identity for s in self.sources],
                 "timing": ROUNDS_VERSION}
 
-    def _rounds_path(self, mode: str) -> Path:
+    def _rounds_path(self, mode: Mode) -> Path:
         return cache_path({}).with_name(f"rounds-{identity_hash(self._rounds_identity(mode))}.json")
 
-    def _round_table(self, mode: str) -> RoundTable:
+    def _round_table(self, mode: Mode) -> RoundTable:
         if mode not in self.rounds:
             self.rounds[mode] = RoundTable() if self._remeasure else \
                 load_table(self._rounds_path(mode), self._rounds_identity(mode), cache.contended())
@@ -306,14 +275,14 @@ class CostModel:
 
     def _required(self, rows: list[int]) -> list[tuple[Source, Point]]:
         out = []
-        for s in self._sources:
+        for s in self.sources:
             p, qs = s.profile, ((1, self.q_max) if s.is_target else (1,))
             out += [(s, (L, b, q)) for b in rows for L in (p.l_ref, p.l_long) for q in qs]
         return [(s, pt) for s, pt in out if pt not in s.profile.points]
 
     def _optional(self, rows: list[int], everything: bool = False) -> list[tuple[Source, Point]]:
         out = []
-        for s in self._sources:
+        for s in self.sources:
             if not s.is_target:
                 continue
             p = s.profile

@@ -89,10 +89,13 @@ def isotonic(ys: list[float]) -> list[float]:
     return [m for m, w in blocks for _ in range(int(w))]
 
 
-def _interp(xs: list[float], ys: list[float], x: float) -> float:
-    """Piecewise-linear through sorted (xs, ys), extended linearly past both ends."""
-    if len(xs) == 1:
+def interp(xs: list[float], ys: list[float], x: float, clamp: bool = False) -> float:
+    """Piecewise-linear through sorted (xs, ys), extended linearly past both ends (with
+    `clamp`: held at the end values)."""
+    if len(xs) == 1 or (clamp and x <= xs[0]):
         return ys[0]
+    if clamp and x >= xs[-1]:
+        return ys[-1]
     i = 1
     while i < len(xs) - 1 and xs[i] < x:
         i += 1
@@ -129,7 +132,7 @@ class ModelProfile:
     def _row_t(self, L: int, b: int, q: float) -> float:
         r = self.row(L, b)
         qs = list(r)
-        return _interp(qs, list(r.values()), q)
+        return interp(qs, list(r.values()), q)
 
     def t_ref(self, b: float, q: float) -> float:
         rows = self.rows(self.l_ref)
@@ -138,7 +141,7 @@ class ModelProfile:
         vals = list(itertools.accumulate([self._row_t(self.l_ref, r, q) for r in rows], max))
         if b <= rows[0]:
             return vals[0]                                  # never cheaper than measured
-        v = _interp(rows, vals, b)
+        v = interp(rows, vals, b)
         return max(v, vals[-1]) if b > rows[-1] else v      # cost does not fall with b
 
     def sigma(self, q: float) -> float:
@@ -152,7 +155,7 @@ class ModelProfile:
         if not qs:
             return 0.0
         s = [(long[x] - ref[x]) / ((self.l_long - self.l_ref) * b) for x in qs]
-        return max(0.0, _interp(qs, s, q))
+        return max(0.0, interp(qs, s, q))
 
     def t(self, b: float, q: float, L: float | None = None) -> float:
         base = self.t_ref(b, q)

@@ -1,41 +1,33 @@
 """What a whole speculative round costs beyond its forwards, measured on real engine steps.
 
-A round is more than one verify forward plus k draft forwards timed in isolation:
-- the draft loop's Python, argmax or sampling per drafted token;
-- the first draft step reads the draft's weights from memory again, because the target's
-  forward has just evicted them from the CPU caches (isolated timing keeps them warm);
-- verification, the step's single host sync and the commit of accepted tokens.
-On this machine that is 1-2 ms per round at batch 1, as much as the draft forwards.
+A round is more than one verify forward plus k draft forwards timed in isolation: the
+draft loop's Python and sampling per drafted token, the draft's weights read again after
+the target's forward evicted them from the CPU caches, verification, the step's host sync
+and the commit. At batch 1 on a small model that is as much as the draft forwards.
 
-A `RoundTable` holds real engine step times at (b, k), measured by a timer the engine
-supplies (engine/calibrate.py), one table per proposer and sampling mode. The overhead is
+A `RoundTable` holds real engine step times at (b, k), one table per proposer and sampling
+mode, measured by a timer handed in from above (adaptive/calibrate.py). The overhead is
 
     overhead(b, k) = step(b, k) - [t_target(b, k+1, L) + k * t_draft(b, L)]
 
-with the forward-only model evaluated at the cache length L the step ran at. Per batch row
-the step is the measured one at k = 0 (plain decoding) and, for k >= 1, the line a + c * k
-(drafting at all has a fixed cost, each drafted token a further one), raised to the
-measured step where that lies above it. Steps are not linear in k where the kernel has
-cliffs: with the stock F.linear kernel on this project's machine, batch 1 measured 7.7,
-9.5, 11.5, 15.1, 16.9 ms for k = 0..4, the forward alone jumping 1.6 ms from 3 to 4
-positions, and the line through k = 1 priced k = 3 at 13.4 ms, so adaptive drafted k = 3
-in half its rounds at code/1 where k = 2 was 8% faster (0.94x fixed k = 2). A step below
-the line is not believed: the policy's argmax is drawn to whichever k is priced too low,
-and when measured steps stood for their k either way, a batch-16 row that measured k = 4
-at 4 ms over k = 3 (its other steps 7-9 ms apart) went with adaptive falling to 0.93x
-fixed k = 2 at prose/16 (1.00x with the line; which k it drafted was not recorded). Pricing a k too high costs less: the policy passes over one of
-several nearly tied k. A step out of order with its neighbours (a burst of other work hit
-it) is not believed either. The line's slope is Theil-Sen's (the median of
-pairwise slopes) over every measured k >= 1, so that such a step cannot bend it. It
-passes through the measured k = 1 step rather than Theil-Sen's median intercept:
-k = 1 against k = 0 is the close call at large batches, and there the steps curve upward
-in k (batch 64: 27, 48, 65, 92, 113 ms for k = 0..4), so a line through all of them put
-k = 1 at 1.62 plain steps where it measured 1.75, and adaptive drafted where plain decoding
-was faster. k = 1 is timed beside k = 0 in the same passes (engine/calibrate.py). The steps
-are measured interleaved across k (robust to the machine's drift), while the forward
-model is measured one q after another; so the forward model only carries the step to
-another cache length, and between measured batch rows (interpolated linearly in b,
-clamped outside them).
+with the forward model at the cache length L the step ran at. Per batch row the step is
+the measured one at k = 0 and, for k >= 1, the line a + c * k (drafting at all has a fixed
+cost, each drafted token a further one), raised to the measured step where that lies
+above it:
+
+- Raised, because steps are not linear in k where a kernel has a cliff at some number of
+  positions, and a line through the cliff prices the k beyond it too low.
+- Never lowered: the policy's argmax is drawn to whichever k is priced too low, while
+  pricing one too high only passes over one of several nearly tied k. A step out of order
+  with its neighbours (a burst of other work hit it) is not believed either.
+- The slope is Theil-Sen's (the median of pairwise slopes) over the measured k >= 1, so
+  that one bad step cannot bend it; the line passes through the measured k = 1 step,
+  because k = 1 against k = 0 is the close call at large batches, where steps curve
+  upward in k and a line through all of them misprices k = 1.
+
+Steps are measured interleaved across k (robust to the machine's drift), the forward model
+one q after another; so the forward model only carries a step to another cache length, and
+between measured batch rows steps are interpolated linearly in b, clamped outside them.
 """
 from __future__ import annotations
 
@@ -45,17 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .profiling import interp
+
 Forward = Callable[[int, int, float], float]     # (b, k, L) -> forward-only seconds of a round
-
-
-def _interp(xs: list[float], ys: list[float], x: float) -> float:
-    """Piecewise-linear through sorted (xs, ys), clamped to the end values."""
-    if x <= xs[0]:
-        return ys[0]
-    for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:]):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return ys[-1]
 
 
 def theil_sen(points: dict[int, float]) -> tuple[float, float]:
@@ -124,8 +108,8 @@ class RoundTable:
                 t, Lk = self.points[(r, k)]
                 off = max(off, t - forward(r, k, Lk))
             return off
-        off = _interp(rows, [at_row(r) for r in rows], b)
-        Lb = _interp(rows, [self._fit(r)[2] for r in rows], b)
+        off = interp(rows, [at_row(r) for r in rows], b, clamp=True)
+        Lb = interp(rows, [self._fit(r)[2] for r in rows], b, clamp=True)
         return forward(b, k, Lb if L is None else L) + off
 
     def to_json(self) -> dict:

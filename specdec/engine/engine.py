@@ -17,37 +17,48 @@ from collections import deque
 
 import torch
 
+from ..batch import Batch
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..errors import ConfigError, PromptError
 from ..models.llama import S_BLOCK, LlamaModel
 from ..proposers import create as create_proposer
-from ..proposers.base import Batch, Draft
+from ..proposers.base import Draft, Proposer
 from ..verify.greedy import greedy_verify
 from ..verify.rejection import acceptance_probability, rejection_verify
 from ..verify.sampling import BatchSampling, sample
 from .lookahead import Lookahead
 from .metrics import EngineMetrics
-from .policy import make_policy
+from .policy import KPolicy, simple_policy
+from .round import RoundResult
 from .sequence import Sequence, Status
+
+
+def cache_length(config: EngineConfig, spec: SpecConfig) -> int:
+    """Cache slots per row: the context plus a round's drafts and bonus token (a request near
+    its limit still verifies a full block), rounded up to whole attention blocks."""
+    slack = spec.k_max + 2
+    return -(-(config.max_model_len + slack) // S_BLOCK) * S_BLOCK
 
 
 class Engine:
     def __init__(self, target: LlamaModel, spec: SpecConfig = SpecConfig(method="none", k=0),
                  config: EngineConfig = EngineConfig(), draft: LlamaModel | None = None,
-                 proposer=None, cost_model=None):
+                 proposer: Proposer | None = None, policy: KPolicy | None = None):
+        """`proposer` defaults to `spec.method` built from the registry (with `draft` as its
+        model); `policy` to the fixed or heuristic k of `spec` (k = "auto" needs one passed
+        in: specdec.build makes it). Nothing here measures the machine."""
         self.target, self.spec, self.config = target, spec, config
         self.device = target.device
         if config.max_model_len > target.config.max_position_embeddings:
             raise ConfigError(f"max_model_len {config.max_model_len} exceeds the model's context length "
                               f"{target.config.max_position_embeddings}")
-        slack = spec.k_max + 2
-        self.cache_len = -(-(config.max_model_len + slack) // S_BLOCK) * S_BLOCK
+        self.cache_len = cache_length(config, spec)
         self.cache = target.new_cache(config.max_batch, self.cache_len)
         self.proposer = proposer or create_proposer(
             spec.method if spec.k != 0 else "none", target, spec,
-            draft_model=draft, rows=config.max_batch, max_len=self.cache_len, cost_model=cost_model)
-        self.policy = make_policy(spec, self.proposer, target, cost_model, draft)
-        self.lookahead = Lookahead() if getattr(self.policy, "learns_from_beta", False) else None
+            draft_model=draft, rows=config.max_batch, max_len=self.cache_len)
+        self.policy = policy or simple_policy(spec)
+        self.lookahead = Lookahead() if self.policy.wants_accept_prob else None
         self.eos_ids = target.config.eos_ids
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -131,35 +142,31 @@ class Engine:
         plain = self._plain_next(logits, batch.sampling) if kk == 0 else None
         if plain is not None:
             (next_token, p_bonus), beta = plain, None
-            host = [[0, t] for t in next_token.tolist()]
+            accepted = [0] * B
         else:
             n_draft_t = torch.tensor(num_draft, device=dev)
             num_accepted, next_token, beta, p_bonus = self._verify(logits, draft, n_draft_t, batch.sampling)
-            # one host sync per step: accepted counts, next tokens and, for the adaptive
-            # policy, each draft's acceptance probability (sampled rows) and the one past
-            # last round's k (lookahead.py), together
-            host = torch.stack([num_accepted, next_token], 1)
-            extra = ([beta] if beta is not None else []) + ([look[1][:, None].to(dev)] if look else [])
-            if extra:
-                host = torch.cat([host.double()] + [x.double() for x in extra], 1)
-            host = host.tolist()
-        # 6. Commit: advance caches, append tokens, check stop conditions.
-        accepted = [int(row[0]) for row in host]
-        accept_prob = [row[2:2 + kk] for row in host] if beta is not None else None
-        lookahead = (look[0], [row[-1] for row in host]) if look else None
+            accepted = num_accepted.tolist()             # the step's host sync
+        next_ids = next_token.tolist()
+        # 6. Commit: advance the cache past the accepted drafts and the new token (the
+        #    rejected drafts' entries stay beyond the row's length, masked: the rollback),
+        #    append the tokens, check stop conditions.
         for b, seq in enumerate(batch):
             n = accepted[b]
-            self.cache.lengths[b] += 1 + n
-            seq.append(draft_rows[b][:n] + [int(host[b][1])])
+            self.cache.advance(b, 1 + n)
+            seq.append(draft_rows[b][:n] + [next_ids[b]])
             seq.stats.record(num_draft[b], n)
             self.metrics.record_row(num_draft[b], n)
             self.metrics.generated_tokens += len(seq.new_tokens)
-        # 7. Let the proposer roll back and learn, and the policy update its estimates.
-        self.proposer.observe(accepted)
+        # 7. The proposer rolls back to the accepted prefix; the policy learns from the round.
+        self.proposer.rollback(accepted)
         if self.lookahead:
             self.lookahead.remember(batch, k, key, num_draft, accepted, p_bonus)
         dt = time.perf_counter() - t0
-        self.policy.observe(batch, k, num_draft, accepted, dt, accept_prob, lookahead)
+        self.policy.observe(RoundResult(
+            batch, k, key, num_draft, accepted, dt,
+            accept_prob=beta.tolist() if beta is not None else None,
+            lookahead=(look[0], look[1].tolist()) if look else None))
         self.metrics.target_forwards += 1
         self.metrics.steps += 1
         self.metrics.step_time_s += dt
@@ -196,7 +203,7 @@ class Engine:
         u = sampling.uniforms(kk + 1)
         n_acc, nxt = rejection_verify(p, draft.probs, tokens, n_draft, u[:, :kk], u[:, kk])
         beta = (acceptance_probability(p, draft.probs, tokens)                          # (B, k)
-                if kk > 0 and getattr(self.policy, "learns_from_beta", False) else None)
+                if kk > 0 and self.policy.wants_accept_prob else None)
         if sampling.any_greedy:
             g_acc, g_nxt = greedy_verify(logits, tokens, n_draft)
             n_acc = torch.where(sampling.greedy_mask, g_acc, n_acc)
@@ -228,9 +235,9 @@ class Engine:
         dev = self.device
         ids = torch.tensor([seq.token_ids], dtype=torch.long, device=dev)               # (1, P)
         pos = torch.arange(ids.shape[1], device=dev)[None]
-        self.cache.lengths[row] = 0
+        self.cache.reset(row)
         logits = self.target(ids, pos, self.cache.rows(row, row + 1))[:, -1:]           # (1, 1, V)
-        self.cache.lengths[row] = ids.shape[1]
+        self.cache.advance(row, ids.shape[1])
         if seq.params.greedy:
             first = logits[0, 0].argmax()
         else:

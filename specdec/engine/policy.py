@@ -1,22 +1,49 @@
-"""How many tokens to draft each round: fixed k, HF's +2/-1 heuristic, or adaptive.
+"""How many tokens to draft each round: the KPolicy interface and its two simple policies.
 
-A policy returns the batch's k and, optionally, a per-row cap (rows may differ).
-The adaptive policy (adaptive.py) maximises expected tokens per second from a measured
-cost model and live acceptance; the other two are the baselines it is compared with.
+A policy returns the batch's k and, optionally, a per-row cap. The adaptive policy
+(`specdec.adaptive`, built above the engine and passed to it) maximises expected tokens
+per second; the fixed k and Hugging Face's +2/-1 heuristic are what it is compared with.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
+from ..batch import Batch
 from ..config import SpecConfig
+from ..errors import ConfigError
+from .round import RoundResult
 
 
-class FixedK:
-    """Policy interface: choose(batch) -> k; row_caps() -> per-row caps or None; start/finish/
-    move_row follow the engine's rows; observe(batch, k, num_draft, accepted, dt, accept_prob,
-    lookahead) after each round. When `learns_from_beta` is set, accept_prob (B, k) host lists
-    are the drafts' acceptance probabilities (sampled rows) and lookahead, when not None, is
-    (position j, per-row beta_j or NaN) one past the previous round's k (lookahead.py)."""
+class KPolicy(ABC):
+    """Chooses k each round and learns from what the round did."""
+    name = "policy"
+    # ask the engine for each draft's acceptance probability (RoundResult.accept_prob,
+    # .lookahead): a softmax overlap per draft, paid only by a policy that learns from it
+    wants_accept_prob = False
+
+    @abstractmethod
+    def choose(self, batch: Batch) -> int:
+        """The number of tokens to draft for every row this round (0: plain decoding)."""
+
+    def row_caps(self) -> list[int] | None:
+        """Per-row caps on the drafts verified (rows [0, B)), or None for none."""
+        return None
+
+    def observe(self, result: RoundResult) -> None:
+        """After every decode round."""
+
+    def start(self, row: int, seq) -> None:
+        """A request entered batch row `row`."""
+
+    def finish(self, row: int) -> None:
+        """The request in `row` left the batch."""
+
+    def move_row(self, src: int, dst: int) -> None:
+        """The engine moved the request in row `src` to row `dst`."""
+
+
+class FixedK(KPolicy):
     name = "fixed"
-    learns_from_beta = False
 
     def __init__(self, k: int):
         self.k = k
@@ -24,22 +51,13 @@ class FixedK:
     def choose(self, batch) -> int:
         return self.k
 
-    def row_caps(self):
-        return None
 
-    def start(self, row, seq): ...
-    def finish(self, row): ...
-    def move_row(self, src, dst): ...
-    def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None, lookahead=None): ...
-
-
-class HeuristicK(FixedK):
+class HeuristicK(KPolicy):
     """Hugging Face's schedule: +2 after a round where every draft was accepted, else -1
     (never below 1), per request. The batch drafts max(row k); rows are capped at their own."""
     name = "heuristic"
 
     def __init__(self, k0: int, k_max: int):
-        super().__init__(k0)
         self.k0, self.k_max = k0, k_max
         self.rows: list[int] = []
 
@@ -57,16 +75,20 @@ class HeuristicK(FixedK):
     def move_row(self, src, dst):
         self.rows[dst] = self.rows[src]
 
-    def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None, lookahead=None):
-        for b, (nd, n) in enumerate(zip(num_draft, accepted)):
+    def observe(self, result):
+        for b, (nd, n) in enumerate(zip(result.num_draft, result.accepted)):
             if nd > 0:
                 self.rows[b] = min(self.k_max, self.rows[b] + 2) if n == nd else max(1, self.rows[b] - 1)
 
 
-def make_policy(spec: SpecConfig, proposer, target, cost_model=None, draft=None):
+HEURISTIC_K0 = 5        # Hugging Face's num_assistant_tokens default
+
+
+def simple_policy(spec: SpecConfig) -> KPolicy:
+    """The policy for a fixed or heuristic k; k = "auto" is built above the engine."""
     if spec.k == "auto":
-        from .adaptive import AdaptiveK
-        return AdaptiveK(spec, proposer, target, cost_model, draft)
+        raise ConfigError('k="auto" needs the adaptive policy: build the engine with '
+                          "specdec.build.make_engine, or pass policy= to Engine")
     if spec.k == "heuristic":
-        return HeuristicK(min(5, spec.k_max), spec.k_max)
+        return HeuristicK(min(HEURISTIC_K0, spec.k_max), spec.k_max)
     return FixedK(spec.k)

@@ -7,7 +7,7 @@ row keeps its own arm's tokens. After verification, the row's reward is its good
 
     tokens emitted this round (accepted drafts + the recovered/bonus token) / round time,
 
-where the round time runs from this proposer's `propose` to its `observe` (drafting,
+where the round time runs from this proposer's `propose` to its `rollback` (drafting,
 the target's verify forward and verification). The rule is discounted UCB (Garivier &
 Moulines, 2011) on a ratio estimator, per row:
 
@@ -37,7 +37,8 @@ import time
 import torch
 
 from ..errors import ConfigError
-from .base import BaseProposer, Draft, NoProposer, create, register
+from ..costs.key import CostKey
+from .base import Draft, NoProposer, Proposer, create, register
 
 DEFAULT_ARMS = ("draft", "ngram", "suffix", "layerskip", "none")
 
@@ -50,7 +51,7 @@ class _Stats:
         self.n, self.tok, self.sec = [0.0] * arms, [0.0] * arms, [0.0] * arms
 
 
-class AutoProposer(BaseProposer):
+class AutoProposer(Proposer):
     name = "auto"
 
     def __init__(self, arms: dict, gamma: float = 0.98, c: float = 0.3, prior: float = 1.0,
@@ -132,7 +133,7 @@ class AutoProposer(BaseProposer):
         """The cost of this round is that of the arm most rows play (see plan)."""
         planned = getattr(self, "planned", None)
         if not planned:
-            return self.name
+            return CostKey(self.name)
         arm = max(set(planned), key=planned.count)
         return self.arms[arm].cost_key()
 
@@ -150,12 +151,12 @@ class AutoProposer(BaseProposer):
             del self.history[: self.history_cap // 2]
         return merge([drafts[i] for i in chosen], list(drafts.values()))
 
-    def observe(self, num_accepted):
+    def rollback(self, num_accepted):
         if self.chosen is None:              # the engine skipped proposing this round
             return
         dt = max(self.clock() - self.t0, 1e-9)
         for i in self.used:
-            self.arms[i].observe([n if c == i else 0 for n, c in zip(num_accepted, self.chosen)])
+            self.arms[i].rollback([n if c == i else 0 for n, c in zip(num_accepted, self.chosen)])
         for b, (n, arm) in enumerate(zip(num_accepted, self.chosen)):
             self.update(self._stats(b), arm, n + 1, dt)
         self.chosen = None
@@ -187,7 +188,7 @@ def merge(row_drafts: list[Draft], drafts: list[Draft]) -> Draft:
 
 
 @register("auto")
-def _build(target, spec, draft_model=None, rows=1, max_len=1024, cost_model=None, **_):
+def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
     o = spec.opts
     names = o.get("auto_arms") or DEFAULT_ARMS
     if isinstance(names, str):
@@ -201,6 +202,6 @@ def _build(target, spec, draft_model=None, rows=1, max_len=1024, cost_model=None
         if n == "layerskip" and target.config.num_hidden_layers < 2:
             continue
         arms[n] = NoProposer() if n == "none" else create(
-            n, target, spec, draft_model=draft_model, rows=rows, max_len=max_len, cost_model=cost_model)
+            n, target, spec, draft_model=draft_model, rows=rows, max_len=max_len)
     return AutoProposer(arms, gamma=o.get("auto_gamma", 0.98), c=o.get("auto_c", 0.3),
                         prior=o.get("auto_prior", 1.0))

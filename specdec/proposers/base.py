@@ -1,33 +1,27 @@
-"""The Proposer protocol, the Draft it returns, and the registry of proposers.
+"""The Proposer interface, the Draft it returns, and the registry.
 
 A proposer guesses up to k next tokens for every row of the running batch:
 
-    draft = proposer.propose(context, k)     # Draft(tokens (B, k), probs (B, k, V) | None)
-    ...target verifies...
-    proposer.observe(num_accepted)            # (B,) host list: roll back, learn, adapt
+    draft = proposer.propose(batch, k)      # Draft(tokens (B, k), probs (B, k, V) | None)
+    ...the target verifies...
+    proposer.rollback(num_accepted)          # (B,) host list: keep the accepted prefix
 
-`context` is the list of running sequences, row i of the batch being context[i]; each
-exposes `token_ids` (prompt + output, ending with the newest token, which the target has
-not yet seen). Proposers return only new tokens. A proposer that has no distribution
-returns probs=None, which verification treats as a one-hot q (still lossless).
-Lifecycle hooks let proposers with state keep per-row caches in step with the engine.
+Row i of the batch is `batch[i]`, a sequence whose `token_ids` (prompt + output) end with
+the newest token, which the target has not yet seen. Proposers return only new tokens. A
+proposer without a distribution returns probs=None, which verification treats as a
+one-hot q (still lossless). The lifecycle hooks keep per-row state in step with the
+engine's rows.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence as Seq, runtime_checkable
+from typing import Callable
 
 import torch
 
-
-class Batch(list):
-    """The running sequences, row i = self[i], plus their sampling settings as tensors and
-    whether the batch is draining (no request waits for a row, so none refills one)."""
-
-    def __init__(self, seqs, sampling, draining: bool = False):
-        super().__init__(seqs)
-        self.sampling = sampling  # verify.sampling.BatchSampling
-        self.draining = draining
+from ..batch import Batch
+from ..costs.key import CostKey
 
 
 @dataclass
@@ -46,48 +40,44 @@ class Draft:
         return self.lengths if self.lengths is not None else [k] * B
 
 
-@runtime_checkable
-class Proposer(Protocol):
-    name: str
-    needs_cache_rows: bool
-
-    def propose(self, context: Seq, k: int) -> Draft: ...
-
-    def observe(self, num_accepted: list[int]) -> None: ...
-
-
-class BaseProposer:
-    """Default no-op lifecycle hooks; subclasses override what they need."""
+class Proposer(ABC):
+    """Guesses tokens for the target to verify. Subclasses implement `propose` and override
+    the hooks they need; the defaults keep no state."""
     name = "base"
     max_k: int | None = None        # the proposer's own cap on k, if any
+
+    @abstractmethod
+    def propose(self, batch: Batch, k: int) -> Draft:
+        """Up to k tokens for every row of `batch`."""
+
+    def rollback(self, num_accepted: list[int]) -> None:
+        """After verification: row b kept `num_accepted[b]` of its drafts. Drop the rest of
+        the proposer's state (a draft model truncates its cache) and learn from it."""
 
     def start(self, row: int, seq) -> None:
         """A request entered batch row `row` (its prompt is seq.token_ids)."""
 
-    def move_row(self, src: int, dst: int) -> None:
-        """The engine moved the request in row `src` to row `dst`."""
-
     def finish(self, row: int) -> None:
         """The request in `row` left the batch."""
 
-    def plan(self, batch) -> None:
-        """Called before the policy chooses k; a proposer that decides per round which way
-        it will guess (auto) decides here, so that cost_key() describes this round."""
+    def move_row(self, src: int, dst: int) -> None:
+        """The engine moved the request in row `src` to row `dst`."""
 
-    def observe(self, num_accepted: list[int]) -> None:
-        pass
+    def plan(self, batch: Batch) -> None:
+        """Before the policy chooses k; a proposer that decides per round which way it will
+        guess (auto) decides here, so that cost_key() describes this round."""
 
-    def cost_key(self) -> str:
-        """Identifies this proposer's cost in the cost model (e.g. a draft model's name)."""
-        return self.name
+    def cost_key(self) -> CostKey:
+        """Which cost and acceptance record this round's drafting belongs to."""
+        return CostKey(self.name)
 
 
-class NoProposer(BaseProposer):
+class NoProposer(Proposer):
     """Plain decoding: never proposes."""
     name = "none"
 
-    def propose(self, context, k):
-        return Draft(tokens=torch.zeros(len(context), 0, dtype=torch.long), lengths=[0] * len(context))
+    def propose(self, batch, k):
+        return Draft(tokens=torch.zeros(len(batch), 0, dtype=torch.long), lengths=[0] * len(batch))
 
 
 def move_row_state(rows: dict, src: int, dst: int) -> None:
@@ -102,7 +92,7 @@ _REGISTRY: dict[str, Callable] = {}
 
 
 def register(name: str):
-    """Class decorator: make a proposer constructible by name via `create`."""
+    """Decorator: make a proposer factory `fn(target, spec, **resources)` constructible by name."""
     def deco(factory):
         _REGISTRY[name] = factory
         return factory
@@ -116,11 +106,10 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create(name: str, target, spec, **resources):
+def create(name: str, target, spec, **resources) -> Proposer:
     """Build proposer `name` for `target` with `spec` (a SpecConfig) and named resources
     such as `draft_model`. Unknown names raise a ConfigError listing the known ones."""
     from ..errors import ConfigError
-    from . import _load_builtin  # noqa: F401  (registers the built-in proposers)
     if name not in _REGISTRY:
         raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(available())}")
     return _REGISTRY[name](target, spec, **resources)

@@ -5,15 +5,17 @@ import torch
 
 from ..errors import ConfigError
 from ..verify.sampling import sample
-from .base import Batch, BaseProposer, Draft, register
+from ..batch import Batch
+from ..costs.key import CostKey
+from .base import Draft, Proposer, register
 
 
-class DraftModelProposer(BaseProposer):
+class DraftModelProposer(Proposer):
     """Runs `model` (a LlamaModel) with a KV cache of its own, one row per batch row.
 
     The cache holds every committed token the draft has seen. A round feeds what it has
     not seen yet (the newest token, plus the last draft token when all k were accepted),
-    then k-1 single-token steps; observe() truncates back to the committed tokens.
+    then k-1 single-token steps; rollback() truncates back to the committed tokens.
     """
     name = "draft"
 
@@ -29,7 +31,7 @@ class DraftModelProposer(BaseProposer):
             with torch.inference_mode():        # prefill into a one-row view of the cache
                 pos = torch.arange(ids.shape[1], device=ids.device)[None]
                 self.model(ids, pos, self.cache.rows(row, row + 1), num_layers=self.num_layers)
-            self.cache.lengths[row] = ids.shape[1]
+            self.cache.advance(row, ids.shape[1])
 
     def move_row(self, src, dst):
         self.cache.move_row(src, dst)
@@ -53,7 +55,7 @@ class DraftModelProposer(BaseProposer):
         logits = logits.gather(1, last[:, None, None].expand(B, 1, logits.shape[-1]))    # (B, 1, V)
         pos = start + last + 1                                                          # (B,)
         for b, f in enumerate(feeds):
-            lens[b] += len(f)
+            self.cache.advance(b, len(f))
         s = context.sampling
         u = None if s.all_greedy else s.uniforms(k)                                    # (B, k)
         out, qs = [], []
@@ -70,21 +72,21 @@ class DraftModelProposer(BaseProposer):
             if i < k - 1:
                 logits = self.model(tok[:, None], (pos + i)[:, None], self.cache, num_layers=self.num_layers)
                 for b in range(B):
-                    lens[b] += 1
+                    self.cache.advance(b, 1)
         tokens = torch.stack(out, 1) if out else torch.zeros(B, 0, dtype=torch.long, device=dev)
         probs = torch.stack(qs, 1) if qs else None                                     # (B, k, V)
         return Draft(tokens=tokens, probs=probs, lookahead_logits=after_first)
 
-    def observe(self, num_accepted):
+    def rollback(self, num_accepted):
         if self._committed is None:   # no proposal this round (k = 0): nothing to roll back
             return
         for b, n in enumerate(num_accepted):
             # keep the committed tokens: the history before the round plus n accepted drafts
-            self.cache.lengths[b] = min(self.cache.lengths[b], self._committed[b] + n)
+            self.cache.truncate(b, min(self.cache.lengths[b], self._committed[b] + n))
         self._committed = None
 
     def cost_key(self):
-        return f"draft:{self.name}"
+        return CostKey("draft", self.name)
 
 
 @register("draft")

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .base import BaseProposer, Draft, move_row_state, register
+from .base import Proposer, Draft, move_row_state, register
 
 
 def find_match(buf: np.ndarray, min_n: int, max_n: int) -> tuple[int, int]:
@@ -60,7 +60,7 @@ class _RowBuffer:
         return self.buf[:L]
 
 
-class NgramProposer(BaseProposer):
+class NgramProposer(Proposer):
     """Prompt lookup over each row's own prompt + output. Rows without a match get 0 tokens."""
     name = "ngram"
 
@@ -109,6 +109,6 @@ def pack(outs: list[np.ndarray]) -> Draft:
 
 
 @register("ngram")
-def _build(target, spec, draft_model=None, rows=1, max_len=1024, cost_model=None, **_):
+def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
     o = spec.opts
     return NgramProposer(o.get("ngram_min", 1), o.get("ngram_max", 4))

@@ -29,7 +29,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import ConfigError
-from .base import BaseProposer, move_row_state, register
+from .base import Proposer, move_row_state, register
 from .ngram import pack
 
 
@@ -128,7 +128,7 @@ class _Row:
         self.trie, self.active = SuffixTrie(depth), [0]
 
 
-class SuffixProposer(BaseProposer):
+class SuffixProposer(Proposer):
     name = "suffix"
 
     def __init__(self, depth: int = 24, max_match: int = 16, alpha: float = 1.0, min_prob: float = 0.1,
@@ -212,7 +212,7 @@ class SuffixProposer(BaseProposer):
 
 
 @register("suffix")
-def _build(target, spec, draft_model=None, rows=1, max_len=1024, cost_model=None, **_):
+def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
     o = spec.opts
     return SuffixProposer(depth=o.get("suffix_depth", 24), max_match=o.get("suffix_max_match", 16),
                           alpha=o.get("suffix_alpha", 1.0), min_prob=o.get("suffix_min_prob", 0.1),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import importlib.util
 import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,9 +20,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
-from ..engine.build import Models
+from ..build import Models
 from ..errors import ConfigError, PromptError
-from ..proposers import _load_builtin  # noqa: F401  (registers the built-in proposers)
 from ..proposers import available as available_methods
 from . import protocol as P
 from .metrics import ServerMetrics
@@ -186,7 +184,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         method = opts.method or cfg.spec.method
         k = cfg.spec.k if opts.k is None else opts.k
         if opts.k is None and k == 0 and method != "none":   # speculation asked for, k left open
-            k = "auto" if importlib.util.find_spec("specdec.engine.adaptive") else 4
+            k = "auto"
         if method == "none" or k == 0:
             return ("none", 0)
         if method not in available_methods():
@@ -195,9 +193,6 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         if method == "draft" and models.draft is None:
             raise HTTPError(400, "speculative method 'draft' needs a draft model; start the server "
                                  "with --draft DIR", param="speculative.method")
-        if k == "auto" and importlib.util.find_spec("specdec.engine.adaptive") is None:
-            raise HTTPError(400, "k='auto' is not available in this build (no adaptive policy)",
-                            param="speculative.k")
         try:
             SpecConfig(method=method, k=k, k_max=cfg.spec.k_max)
         except ConfigError as e:

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
-from ..engine.build import Models, make_engine
+from ..build import Models, make_engine
 from ..engine.engine import Engine
 from ..errors import PromptError
 from .metrics import ServerMetrics

@@ -1,17 +1,17 @@
 """`specdec train tokenizer|target|draft|distill`: the steps that build the bundled models."""
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import torch
 
+from ..defaults import cache_dir
 from ..models.llama import LlamaModel
-from ..models.loader import load_model, load_tokenizer
+from ..models.loader import load_model
 from ..models.tokenizer import Tokenizer
-from .corpus import HELD_OUT_BYTE, corpus_files
-from .data import Batches, cache_dir, token_stream
+from ..corpus import HELD_OUT_BYTE, corpus_files
+from .data import Batches, token_stream
 from .presets import preset
 from .tokenizer import train_tokenizer
 from .trainer import TrainConfig, lm_loss, train

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..defaults import cache_dir  # noqa: F401  (re-exported for train.commands)
+from ..defaults import cache_dir
 from ..models.tokenizer import Tokenizer
-from .corpus import corpus_files, prose_text, read_text
+from ..corpus import corpus_files, prose_text, read_text
 
 
 def token_stream(tok: Tokenizer, split: str) -> np.ndarray:

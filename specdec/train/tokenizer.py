@@ -5,7 +5,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from .corpus import corpus_files, read_text
+from ..corpus import corpus_files, read_text
 
 SPECIAL = ["<s>", "</s>"]  # BOS = 0, EOS = 1
 

@@ -123,7 +123,7 @@ def test_busy_machine_warning(run_dir):
 def test_lockstep_runs_decode_every_spec_on_the_same_prompts(tiny_target, tiny_draft):
     from specdec.analysis.measure import lockstep_runs
     from specdec.config import SamplingParams, SpecConfig
-    from specdec.engine.build import Models
+    from specdec.build import Models
 
     models = Models(tiny_target, None, tiny_draft)
     specs = {0: SpecConfig(method="none", k=0), 2: SpecConfig(method="draft", k=2),

@@ -7,9 +7,12 @@ import pytest
 
 from specdec.costs import cache as cm_mod
 from specdec.costs import profiling
-from specdec.costs.cost_model import CostModel, cache_path, identity_hash, model_identity
+from specdec.costs.cache import cache_path, identity_hash, model_identity
+from specdec.costs.cost_model import DRAFT_KEY, CostModel
 from specdec.costs.profiling import bisect_order, grid_rows
 from tests.conftest import make_model, perturbed
+from specdec.costs.report import cost_table
+from specdec.costs.key import CostKey
 
 FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
 
@@ -34,16 +37,16 @@ def test_interpolation_is_exact_for_a_bilinear_cost_with_a_kv_term():
     for b, q, L in [(3, 2.5, 300), (48, 7, 700), (1, 9, 128), (100, 4, 200), (12, 1, 50)]:
         assert cm.t_target(b, q, L) == pytest.approx(f(b, q, L), rel=1e-9)
     assert cm.t_target(5, 3) == pytest.approx(f(5, 3, 128))          # L defaults to l_ref
-    assert cm.t_draft("draft:x", 24) == pytest.approx(0.001 + 24e-5)
+    assert cm.t_draft(CostKey.parse("draft:x"), 24) == pytest.approx(0.001 + 24e-5)
     assert cm.t_draft("ngram", 24) == 0.0                             # draft-free proposer
-    t = cm.table()
+    t = cost_table(cm)
     assert t["kv_sigma"] == pytest.approx([2e-7] * 9)
     assert sorted(t["target"]) == [1, 2, 4, 8, 16, 32, 64]
 
 
 def test_kv_term_vanishes_when_length_does_not_matter():
     cm = CostModel.from_function(lambda b, q, L: 0.01 * q, k_max=4)
-    assert cm.table()["kv_sigma"] == [0.0] * 5
+    assert cost_table(cm)["kv_sigma"] == [0.0] * 5
     assert cm.t_target(8, 3, 1000) == pytest.approx(0.03)
 
 
@@ -59,15 +62,15 @@ def test_quick_start_then_lazy_refinement(cache, tiny_target, tiny_draft):
     assert n == 4 and sorted(p.row(p.l_ref, 4)) == [1, 2, 3, 4]      # q=2,3 for rows 4 and 8
     assert not cm.ensure(5)
     assert all(t > 0 for t in p.points.values())
-    assert all(s >= 0 for s in cm.table()["kv_sigma"])
-    assert cm.t_draft("draft:draft", 6) > 0
+    assert all(s >= 0 for s in cost_table(cm)["kv_sigma"])
+    assert cm.t_draft(DRAFT_KEY, 6) > 0
 
 
 def test_cache_round_trip(cache, tiny_target, tiny_draft, monkeypatch):
     cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=2, timing=FAST)
     while cm.ensure(2):
         pass
-    before = cm.table()
+    before = cost_table(cm)
     path = cache_path(model_identity(tiny_target))
     assert path.exists() and json.loads(path.read_text())["identity"] == model_identity(tiny_target)
 
@@ -75,7 +78,7 @@ def test_cache_round_trip(cache, tiny_target, tiny_draft, monkeypatch):
         raise AssertionError("measured although cached")
     monkeypatch.setattr(profiling, "time_forwards", boom)
     again = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=2)
-    assert again.table() == before
+    assert cost_table(again) == before
     assert again.ensure(2) is False                      # nothing left to measure for b=2
     with pytest.raises(AssertionError):                   # remeasure ignores the cache
         CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=2, remeasure=True)
@@ -98,9 +101,9 @@ def test_proposer_with_its_own_layers_is_keyed_and_timed(cache, tiny_target):
         model, num_layers = tiny_target, 1
 
         def cost_key(self):
-            return "layerskip:1"
+            return CostKey("layerskip", "1")
     cm = CostModel.load_or_measure(tiny_target, Skip(), k_max=1, timing=FAST)
-    assert cm.t_draft("layerskip:1", 1) > 0 and cm.t_draft("draft:draft", 1) == 0.0
+    assert cm.t_draft(CostKey("layerskip", "1"), 1) > 0 and cm.t_draft(DRAFT_KEY, 1) == 0.0
     assert len(list((cache / "costs").glob("*.json"))) == 2
 
 
@@ -154,7 +157,7 @@ def test_table_measured_under_contention_is_remeasured_when_quiet(cache, tiny_ta
     real = profiling.time_forwards
     monkeypatch.setattr(profiling, "time_forwards", lambda *a, **k: calls.append(a) or real(*a, **k))
     busy = CostModel.load_or_measure(tiny_target, k_max=1, timing=FAST)
-    assert not calls and busy.table()["contended"]           # still busy: keep the old table
+    assert not calls and cost_table(busy)["contended"]           # still busy: keep the old table
     monkeypatch.setattr(cm_mod, "contended", lambda: False)
     quiet = CostModel.load_or_measure(tiny_target, k_max=1, timing=FAST)
-    assert calls and not quiet.table()["contended"]
+    assert calls and not cost_table(quiet)["contended"]

@@ -6,9 +6,10 @@ import pytest
 from specdec.config import SpecConfig
 from specdec.costs import cache as cm_mod
 from specdec.costs import cost_model
-from specdec.costs.cost_model import CostModel
+from specdec.costs.cost_model import DRAFT_KEY, CostModel
 from specdec.costs.rounds import RoundTable, load_table, round_ks, save_table, theil_sen
-from specdec.engine.calibrate import PERIOD, middle_mean, round_timer, synthetic_prompts
+from specdec.adaptive.calibrate import PERIOD, middle_mean, round_timer, synthetic_prompts
+from specdec.costs.report import cost_table
 
 FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
 FWD = lambda b, k, L: 0.010 + 0.001 * b + 0.002 * k                 # noqa: E731  forward-only model
@@ -116,17 +117,17 @@ def test_ensure_rounds_measures_lazily_and_caches(cache, tiny_target, tiny_draft
         return {k: (0.02 + 0.003 * k + 0.001 * b, 64.0) for k in ks}
 
     cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
-    assert cm.t_round("draft:draft", 1, 2) == pytest.approx(cm.forward_round("draft:draft", 1, 2))
+    assert cm.t_round(DRAFT_KEY, 1, 2) == pytest.approx(cm.forward_round(DRAFT_KEY, 1, 2))
     cm.attach_round_timer(timer)
-    assert cm.ensure_rounds(1, "draft:draft")
-    assert calls == [("draft:draft", 1, (0, 1, 4), False)]
-    assert cm.t_round("draft:draft", 1, 4, 64) == pytest.approx(0.02 + 0.012 + 0.001)   # the measured step
-    assert cm.t_round("draft:draft", 1, 0, 64) == pytest.approx(0.02 + 0.001)
-    assert cm.ensure_rounds(1, "draft:draft") and calls[-1][2] == (0, 2)    # then interior k, next to k = 0
-    while cm.ensure_rounds(1, "draft:draft"):
+    assert cm.ensure_rounds(1, DRAFT_KEY)
+    assert calls == [(DRAFT_KEY, 1, (0, 1, 4), False)]
+    assert cm.t_round(DRAFT_KEY, 1, 4, 64) == pytest.approx(0.02 + 0.012 + 0.001)   # the measured step
+    assert cm.t_round(DRAFT_KEY, 1, 0, 64) == pytest.approx(0.02 + 0.001)
+    assert cm.ensure_rounds(1, DRAFT_KEY) and calls[-1][2] == (0, 2)    # then interior k, next to k = 0
+    while cm.ensure_rounds(1, DRAFT_KEY):
         pass
-    assert sorted(cm.rounds["draft:draft|greedy"].ks(1)) == [0, 1, 2, 3, 4]
-    assert cm.ensure_rounds(3, "draft:draft", sampled=True, everything=True)
+    assert sorted(cm.rounds[(DRAFT_KEY, False)].ks(1)) == [0, 1, 2, 3, 4]
+    assert cm.ensure_rounds(3, DRAFT_KEY, sampled=True, everything=True)
     sampled_calls = [c for c in calls if c[3]]
     assert {c[1] for c in sampled_calls} == {2, 4}                                         # rows around b=3
     assert all(sorted(c[2]) == [0, 1, 2, 3, 4] for c in sampled_calls)                     # each row at once
@@ -134,14 +135,14 @@ def test_ensure_rounds_measures_lazily_and_caches(cache, tiny_target, tiny_draft
     # a second cost model for the same models finds the table on disk
     again = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
     again.attach_round_timer(lambda *a: pytest.fail("measured again"))
-    assert not again.ensure_rounds(1, "draft:draft")                 # everything is cached
-    assert again.t_round("draft:draft", 1, 4, 64) == pytest.approx(0.033)
-    assert "draft:draft|greedy" in again.table()["rounds"]
+    assert not again.ensure_rounds(1, DRAFT_KEY)                 # everything is cached
+    assert again.t_round(DRAFT_KEY, 1, 4, 64) == pytest.approx(0.033)
+    assert "draft:draft|greedy" in cost_table(again)["rounds"]
     # a table timed by an older way of timing rounds is not trusted
     monkeypatch.setattr(cost_model, "ROUNDS_VERSION", cost_model.ROUNDS_VERSION + 1)
     newer = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
     newer.attach_round_timer(timer)
-    assert newer.ensure_rounds(1, "draft:draft")
+    assert newer.ensure_rounds(1, DRAFT_KEY)
 
 
 def test_interior_k_is_scaled_to_the_rows_earlier_timing(cache, tiny_target, tiny_draft):
@@ -154,10 +155,10 @@ def test_interior_k_is_scaled_to_the_rows_earlier_timing(cache, tiny_target, tin
 
     cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
     cm.attach_round_timer(timer)
-    assert cm.ensure_rounds(1, "draft:draft")                   # k = 0, 1, 4 at speed 1
+    assert cm.ensure_rounds(1, DRAFT_KEY)                   # k = 0, 1, 4 at speed 1
     speed[0] = 1.3
-    assert cm.ensure_rounds(1, "draft:draft")                   # k = 2, in a slow spell
-    points = cm.rounds["draft:draft|greedy"].points
+    assert cm.ensure_rounds(1, DRAFT_KEY)                   # k = 2, in a slow spell
+    points = cm.rounds[(DRAFT_KEY, False)].points
     assert points[(1, 2)][0] == pytest.approx(0.026) and points[(1, 0)][0] == pytest.approx(0.02)
 
 
@@ -171,15 +172,15 @@ def test_synthetic_prompts_repeat_a_segment():
 def test_round_timer_steps_real_engines(tiny_target, tiny_draft):
     timer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=20,
                         warmup=1, steps=3, budget_s=0.0)
-    out = timer("draft:draft", 2, [0, 1, 3], False)
+    out = timer(DRAFT_KEY, 2, [0, 1, 3], False)
     assert sorted(out) == [0, 1, 3]
     assert all(t > 0 for t, _L in out.values())
     assert all(20 <= L <= 20 + 5 * 4 for _t, L in out.values())       # the cache grows as it decodes
-    assert sorted(timer("draft:draft", 1, [0, 2], True)) == [0, 2]
+    assert sorted(timer(DRAFT_KEY, 1, [0, 2], True)) == [0, 2]
     # with time to spare, more passes (up to max_steps): the cache grows further
     longer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=20,
                          warmup=1, steps=3, budget_s=60.0, max_steps=9)
-    more = longer("draft:draft", 2, [0, 1, 3], False)
+    more = longer(DRAFT_KEY, 2, [0, 1, 3], False)
     assert all(more[k][1] > out[k][1] for k in out)
 
 
@@ -191,20 +192,20 @@ def test_implausible_rows_are_timed_again(cache, tiny_target, tiny_draft):
                {0: (0.01, 64.0), 1: (0.02, 64.0), 4: (0.03, 64.0)}]
     cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
     cm.attach_round_timer(lambda key, b, ks, sampled: answers.pop(0))
-    assert cm.ensure_rounds(1, "draft:draft")
-    assert not answers and cm.rounds["draft:draft|greedy"].points[(1, 0)][0] == 0.01
+    assert cm.ensure_rounds(1, DRAFT_KEY)
+    assert not answers and cm.rounds[(DRAFT_KEY, False)].points[(1, 0)][0] == 0.01
 
 
 def test_round_timer_fits_the_models_context(tiny_target, tiny_draft):
     ctx = tiny_target.config.max_position_embeddings
     timer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=ctx, warmup=1,
                         steps=ctx)
-    out = timer("draft:draft", 1, [0, 8], False)
+    out = timer(DRAFT_KEY, 1, [0, 8], False)
     assert sorted(out) == [0, 8] and all(L < ctx for _t, L in out.values())
 
 
 def test_paired_times_cancel_a_slow_spell_across_a_pass():
-    from specdec.engine.calibrate import paired
+    from specdec.adaptive.calibrate import paired
     plain = [10.0, 10.0, 20.0, 20.0]            # passes 3 and 4 ran in a slow spell, and a
     drafting = [17.0, 34.0, 34.0, 34.0]         # burst hit pass 2's drafting step alone
     assert paired(plain, drafting) / middle_mean(plain) == pytest.approx(1.7)
@@ -212,7 +213,7 @@ def test_paired_times_cancel_a_slow_spell_across_a_pass():
 
 
 def test_round_timer_times_drafting_k_in_groups_beside_plain(tiny_target, tiny_draft, monkeypatch):
-    import specdec.engine.calibrate as cal
+    import specdec.adaptive.calibrate as cal
     import specdec.engine.engine as eng
     built = []
     real = eng.Engine.__init__
@@ -223,8 +224,8 @@ def test_round_timer_times_drafting_k_in_groups_beside_plain(tiny_target, tiny_d
     monkeypatch.setattr(eng.Engine, "__init__", counting)
     timer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=20,
                         warmup=1, steps=3, budget_s=0.0)
-    out = timer("draft:draft", 1, [0, 1, 2, 3, 5], False)
+    out = timer(DRAFT_KEY, 1, [0, 1, 2, 3, 5], False)
     assert sorted(out) == [0, 1, 2, 3, 5]
     groups = [built[i:i + cal.GROUP + 1] for i in range(0, len(built), cal.GROUP + 1)]
     assert groups == [[0, 1, 2], [0, 3, 5]]
-    assert sorted(timer("draft:draft", 1, [4], False)) == [4]          # k = 0 is timed as the anchor
+    assert sorted(timer(DRAFT_KEY, 1, [4], False)) == [4]          # k = 0 is timed as the anchor

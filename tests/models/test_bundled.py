@@ -45,7 +45,7 @@ def test_generate_with_no_flags_prints_python(capsys):
 def test_the_bundled_target_runs_a_row_invariant_kernel(monkeypatch):
     """Greedy speculation is lossless only if the target's forward is shape-invariant, so the
     target never takes a kernel by timing (docs/exactness.md); the draft may."""
-    from specdec.engine.build import load_models
+    from specdec.build import load_models
     from specdec.models import linear
     if not linear._onednn_available(torch.device("cpu")):
         pytest.skip("oneDNN unavailable")

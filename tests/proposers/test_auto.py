@@ -7,7 +7,7 @@ import torch
 from specdec.config import SpecConfig
 from specdec.proposers import create
 from specdec.proposers.auto import AutoProposer
-from specdec.proposers.base import BaseProposer, Draft
+from specdec.proposers.base import Proposer, Draft
 
 
 class Clock:
@@ -18,7 +18,7 @@ class Clock:
         return self.t
 
 
-class FakeArm(BaseProposer):
+class FakeArm(Proposer):
     """Proposes k tokens costing `cost` seconds; `accept` draws the accepted count."""
 
     def __init__(self, clock, cost, accept):
@@ -28,7 +28,7 @@ class FakeArm(BaseProposer):
         self.clock.t += self.cost
         return Draft(tokens=torch.zeros(len(context), k, dtype=torch.long))
 
-    def observe(self, num_accepted):
+    def rollback(self, num_accepted):
         self.observed.append(list(num_accepted))
 
 
@@ -39,7 +39,7 @@ def simulate(auto, arms, clock, rounds, verify_cost=0.004, k=4, rng=None):
         auto.propose(ctx, k)
         arm = arms[auto.chosen[0]]
         clock.t += verify_cost
-        auto.observe([arm.accept(rng, k)])
+        auto.rollback([arm.accept(rng, k)])
 
 
 def make(clock, specs, **kw):
@@ -98,24 +98,24 @@ def test_sub_proposers_only_see_their_own_acceptances():
     for _ in range(30):
         auto.propose([object(), object()], 4)
         chosen = list(auto.chosen)
-        auto.observe([3, 2])
+        auto.rollback([3, 2])
         for i, arm in enumerate(arms):
             if i in chosen:
                 assert arm.observed[-1] == [3 if chosen[0] == i else 0, 2 if chosen[1] == i else 0]
 
 
-def test_observe_without_propose_is_ignored():
+def test_rollback_without_propose_is_ignored():
     clock = Clock()
     auto, arms = make(clock, SPECS)
-    auto.observe([0])
+    auto.rollback([0])
     assert all(not a.observed for a in arms)
 
 
 def test_factory_builds_available_arms(tiny_target, tiny_draft):
-    with_draft = create("auto", tiny_target, SpecConfig(method="auto", k=4), draft_model=tiny_draft,
-                        rows=2, max_len=128)
+    spec = SpecConfig(method="auto", k=4, options={"layerskip_layers": 1})
+    with_draft = create("auto", tiny_target, spec, draft_model=tiny_draft, rows=2, max_len=128)
     assert with_draft.names == ["draft", "ngram", "suffix", "layerskip", "none"]
-    without = create("auto", tiny_target, SpecConfig(method="auto", k=4), rows=2, max_len=128)
+    without = create("auto", tiny_target, spec, rows=2, max_len=128)
     assert "draft" not in without.names
     some = create("auto", tiny_target, SpecConfig(method="auto", k=4, options={"auto_arms": "ngram,none"}))
     assert some.names == ["ngram", "none"]

@@ -1,8 +1,8 @@
 """Greedy output of every proposer is token-identical to plain decoding."""
 import pytest
 
+from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
-from specdec.engine.engine import Engine
 from tests.conftest import perturbed, random_prompts
 
 METHODS = ["ngram", "suffix", "layerskip", "auto"]
@@ -15,7 +15,7 @@ def _prompts(vocab, n=6, seed=0):
 
 
 def _run(target, spec, prompts, draft=None, max_batch=4, new=24):
-    eng = Engine(target, spec, EngineConfig(max_batch=max_batch, max_model_len=256), draft=draft)
+    eng = make_engine(Models(target, None, draft), spec, EngineConfig(max_batch=max_batch, max_model_len=256))
     seqs = eng.generate(prompts, SamplingParams(max_new_tokens=new, ignore_eos=True))
     return [s.output_ids for s in seqs], eng
 

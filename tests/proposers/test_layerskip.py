@@ -5,7 +5,7 @@ import torch
 from specdec.config import SpecConfig
 from specdec.errors import ConfigError
 from specdec.proposers import create
-from specdec.proposers.layerskip import choose_layers, measure_layers
+from specdec.adaptive.layers import choose_layers, measure_layers
 from tests.conftest import make_model, random_prompts
 
 
@@ -25,7 +25,7 @@ def test_shallow_draft_equals_first_layers_of_target(four_layer):
         ref = four_layer(ids, pos, num_layers=2)[0, -1].argmax()
         full = four_layer(ids, pos)[0, -1]
     from specdec.verify.sampling import BatchSampling
-    from specdec.proposers.base import Batch
+    from specdec.batch import Batch
     from specdec.config import SamplingParams
 
     class Seq:
@@ -55,7 +55,11 @@ def test_measure_and_choose(four_layer):
     assert best in (1, 3)
 
 
-def test_default_is_calibrated_once(four_layer):
-    p = create("layerskip", four_layer, SpecConfig(method="layerskip", k=2), rows=1, max_len=128)
-    q = create("layerskip", four_layer, SpecConfig(method="layerskip", k=2), rows=1, max_len=128)
-    assert 1 <= p.layers <= 3 and p.layers == q.layers
+def test_depth_is_required_below_build_and_calibrated_once_by_it(four_layer):
+    from specdec.build import resolve_spec
+    spec = SpecConfig(method="layerskip", k=2)
+    with pytest.raises(ConfigError, match="layerskip_layers"):
+        create("layerskip", four_layer, spec, rows=1, max_len=128)    # the proposer never measures
+    a, b = resolve_spec(four_layer, spec), resolve_spec(four_layer, spec)
+    p = create("layerskip", four_layer, a, rows=1, max_len=128)
+    assert 1 <= p.layers <= 3 and a.opts["layerskip_layers"] == b.opts["layerskip_layers"] == p.layers

@@ -5,7 +5,7 @@ import pytest
 
 from liveserver import live_server
 from specdec.config import SpecConfig
-from specdec.engine.build import load_models
+from specdec.build import load_models
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ import torch
 
 from specdec.models.llama import LlamaModel
 from specdec.models.loader import load_model
-from specdec.train.corpus import corpus_files, is_held_out
+from specdec.corpus import corpus_files, is_held_out
 from specdec.train.data import Batches
 from specdec.train.trainer import TrainConfig, lm_loss, train
 from tests.conftest import TOKENIZER, tiny_config

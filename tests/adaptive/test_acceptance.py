@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.engine.acceptance import AcceptanceTracker
+from specdec.adaptive.acceptance import AcceptanceTracker
 
 
 def test_per_request_and_per_position_estimates():

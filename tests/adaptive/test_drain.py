@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.engine.drain import drain_seconds
+from specdec.adaptive.drain import drain_seconds
 
 
 def test_one_row_is_the_rate_objective():

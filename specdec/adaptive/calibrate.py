@@ -1,10 +1,10 @@
 """Time real engine rounds, for the cost model's per-round overhead (costs/rounds.py).
 
     timer = round_timer(target, spec, draft)
-    timer("draft:draft", b=4, ks=[0, 1, 8], sampled=False)   # {k: (median seconds, cache length)}
+    timer(CostKey("draft", "draft"), b=4, ks=[0, 1, 8], sampled=False)   # {k: (median seconds, cache length)}
 
 Each k runs a scratch Engine of b rows with a fixed k and the proposer named by the cost
-key's prefix ("draft:draft" -> method "draft"), on synthetic prompts: a random 16-token
+key's method, on synthetic prompts: a random 16-token
 segment repeated, so that draft-free proposers (n-gram, suffix) find matches and draft
 their full k, as they would on real text. The step time hardly depends on how many drafts
 are accepted (a rollback is a truncate), so any prompt will do for the draft model.
@@ -24,6 +24,7 @@ import time
 import torch
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
+from ..engine.engine import Engine
 
 PERIOD = 16           # tokens in the repeated segment of a synthetic prompt
 GROUP = 2             # drafting k timed at once, beside k = 0
@@ -62,7 +63,7 @@ def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warm
     k = 0. At least `steps` passes; more, up to `max_steps`, while the passes after warm-up
     have taken less than `budget_s`: small batches, whose steps are cheap and whose relative
     noise is largest, get more samples for the same time."""
-    def timer(key: str, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
+    def timer(key, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
         drafting = [k for k in ks if k > 0]
         groups = [drafting[i:i + GROUP] for i in range(0, len(drafting), GROUP)] or [[]]
         out: dict[int, tuple[float, float]] = {}
@@ -73,10 +74,9 @@ def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warm
             out.update({k: (t * scale, L) for k, (t, L) in got.items() if k > 0})
         return {k: out[k] for k in ks}
 
-    def time_group(key: str, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
+    def time_group(key, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
         """ks = [0, ...]: one scratch engine per k, stepped in turn; see `paired`."""
-        from .engine import Engine                     # engine.py -> policy -> adaptive -> here
-        method = key.split(":")[0]
+        method = key.method
         # fit the longest draft's tokens into the model's context, shortening the prompt first
         ctx = target.config.max_position_embeddings - 1
         room = (ctx - PERIOD) // (max(ks) + 1) - warmup - 1

@@ -5,12 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.costs.cost_model import CostModel
+from specdec.adaptive.drift import Drift
+from specdec.adaptive.policy import AdaptiveK
+from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
-from specdec.engine.adaptive import AdaptiveK, StepOverhead
+from specdec.costs.cost_model import DRAFT_KEY, CostModel
 from specdec.engine.engine import Engine
+from specdec.engine.round import RoundResult
 from specdec.engine.sequence import Sequence
-from specdec.proposers.base import BaseProposer
+from specdec.proposers.base import Proposer
 
 from tests.conftest import random_prompts
 
@@ -23,15 +26,22 @@ COMPUTE_BOUND = CostModel.from_function(lambda b, q, L: 0.001 * b * q,
                                         {"draft:draft": lambda b, L: 0.0001 * b}, k_max=K_MAX)
 
 
-class FakeDraft(BaseProposer):
+class FakeDraft(Proposer):
     name = "draft"
 
+    def propose(self, batch, k):
+        raise AssertionError("the policy never proposes")
+
     def cost_key(self):
-        return "draft:draft"
+        return DRAFT_KEY
+
+
+def observe(pol, batch, k, num_draft, accepted, dt):
+    pol.observe(RoundResult(batch, k, DRAFT_KEY, list(num_draft), list(accepted), dt))
 
 
 def make_policy(cost, n=4, max_new=1000):
-    pol = AdaptiveK(SpecConfig(method="draft", k="auto", k_max=K_MAX), FakeDraft(), None, cost)
+    pol = AdaptiveK(K_MAX, FakeDraft(), cost)
     batch = [Sequence(list(range(2, 12)), SamplingParams(max_new_tokens=max_new)) for _ in range(n)]
     for row, seq in enumerate(batch):
         pol.start(row, seq)
@@ -44,7 +54,7 @@ def run(pol, batch, accept, steps):
     for _ in range(steps):
         k = pol.choose(batch)
         dt = pol.last_choice["times"][k] if pol.last_choice else 0.0
-        pol.observe(batch, k, [k] * len(batch), [accept(k)] * len(batch), dt)
+        observe(pol, batch, k, [k] * len(batch), [accept(k)] * len(batch), dt)
         ks.append(k)
     return ks
 
@@ -57,7 +67,7 @@ def test_zero_acceptance_stops_drafting():
 
 
 def test_plain_decoding_reevaluates_every_few_rounds_and_at_once_when_the_batch_changes():
-    from specdec.engine.adaptive import RECHECK
+    from specdec.adaptive.policy import RECHECK
     pol, batch = make_policy(MEMORY_BOUND)
     run(pol, batch, lambda k: 0, 30)                         # settled on k = 0
     calls = []
@@ -71,7 +81,7 @@ def test_plain_decoding_reevaluates_every_few_rounds_and_at_once_when_the_batch_
 
 
 def test_steady_drafting_reevaluates_every_few_rounds_and_near_a_requests_end():
-    from specdec.engine.adaptive import RECHECK
+    from specdec.adaptive.policy import RECHECK
     pol, batch = make_policy(MEMORY_BOUND)
     run(pol, batch, lambda k: k, 30)                         # settled on a long k
     calls = []
@@ -114,7 +124,7 @@ def test_recovers_from_k0_and_probing_costs_little():
 
 def test_no_drafting_for_requests_about_to_finish():
     pol, batch = make_policy(MEMORY_BOUND, max_new=1)
-    pol.observe(batch, 4, [4] * 4, [4] * 4, 0.01)      # even with perfect acceptance so far
+    observe(pol, batch, 4, [4] * 4, [4] * 4, 0.01)      # even with perfect acceptance so far
     assert pol.choose(batch) == 0
 
 
@@ -123,17 +133,18 @@ def _spy_run(target, draft, temperature, n=2, max_new=24):
     seen, before = [], {}
 
     class Spy(AdaptiveK):
-        def observe(self, batch, k, num_draft, accepted, dt, accept_prob=None, lookahead=None):
-            seen.append({"k": k, "b": len(batch), "ap": accept_prob, "look": lookahead,
-                         "ctx": [before.get(s.id) for s in batch], "acc": list(accepted)})
-            before.update({s.id: list(s.token_ids) for s in batch})
-            super().observe(batch, k, num_draft, accepted, dt, accept_prob, lookahead)
+        def observe(self, r):
+            seen.append({"k": r.k, "b": len(r.batch), "ap": r.accept_prob, "look": r.lookahead,
+                         "ctx": [before.get(s.id) for s in r.batch], "acc": list(r.accepted)})
+            before.update({s.id: list(s.token_ids) for s in r.batch})
+            super().observe(r)
 
     spec = SpecConfig(method="draft", k="auto", k_max=4)
-    cost = CostModel.from_function(lambda b, q, L: 0.010 + 0.0002 * b * q,     # its own: the engine
-                                   {"draft:draft": lambda b, L: 0.0005}, k_max=4)  # attaches a timer
-    eng = Engine(target, spec, EngineConfig(max_batch=n, max_model_len=128), draft=draft, cost_model=cost)
-    eng.policy = Spy(spec, eng.proposer, target, cost, draft)
+    cost = CostModel.from_function(lambda b, q, L: 0.010 + 0.0002 * b * q,
+                                   {"draft:draft": lambda b, L: 0.0005}, k_max=4)
+    eng = make_engine(Models(target, None, draft), spec, EngineConfig(max_batch=n, max_model_len=128),
+                      cost_model=cost)
+    eng.policy = Spy(4, eng.proposer, cost)
     for i, prompt in enumerate(random_prompts(n, seed=3)):
         eng.add_request(prompt, SamplingParams(temperature=temperature, seed=i, max_new_tokens=max_new))
     while eng.has_unfinished():
@@ -190,7 +201,7 @@ def test_lookahead_beta_one_past_a_fully_accepted_draft(tiny_target, tiny_draft,
 
 
 def test_overhead_fit_recovers_intercept_and_slope():
-    fit = StepOverhead(K_MAX)
+    fit = Drift(K_MAX)
     for i in range(400):
         k = i % (K_MAX + 1)
         fit.observe(4, k, 0.002 + 0.0005 * k)
@@ -198,11 +209,11 @@ def test_overhead_fit_recovers_intercept_and_slope():
     assert pred == pytest.approx([0.002, 0.006], rel=0.05)
     # a batch size not seen yet starts from the fit over all batch sizes
     assert fit.predict(2, np.array([3]))[0] == pytest.approx(0.0035, rel=0.05)
-    assert StepOverhead(K_MAX).predict(2, np.array([3]))[0] == 0.0     # nothing seen at all
+    assert Drift(K_MAX).predict(2, np.array([3]))[0] == 0.0     # nothing seen at all
 
 
 def test_overhead_seen_at_one_k_moves_every_k_alike():
-    fit = StepOverhead(K_MAX)
+    fit = Drift(K_MAX)
     for _ in range(10):
         fit.observe(16, 2, -0.4)                        # steps 33% faster than the model, at k = 2
     pred = fit.predict(16, np.arange(K_MAX + 1))
@@ -213,7 +224,7 @@ def test_overhead_seen_at_one_k_moves_every_k_alike():
 def test_overhead_learns_a_k_that_sits_off_the_line():
     """A kernel cliff the cost model missed: k = 3 runs 30% over the model while k = 2 and 4 run
     as modelled. A line cannot fit that; each k's own residual, shrunk toward it, does."""
-    fit = StepOverhead(K_MAX)
+    fit = Drift(K_MAX)
     for i in range(300):
         k = (2, 3, 4)[i % 3]
         fit.observe(1, k, 0.26 if k == 3 else 0.0)
@@ -234,7 +245,7 @@ def test_a_uniformly_faster_or_slower_machine_does_not_change_the_choice(factor)
         for _ in range(60):
             k = pol.choose(batch)
             accepted = [int(np.argmin(np.append(rng.random(k) < 0.7, False))) for _ in batch]  # alpha 0.7
-            pol.observe(batch, k, [k] * 16, accepted, f * pol.step_times(16, 10, "draft:draft")[k])
+            observe(pol, batch, k, [k] * 16, accepted, f * pol.step_times(16, 10, DRAFT_KEY)[k])
             ks.append(k)
         chosen[f] = ks
     assert chosen[factor] == chosen[1.0]
@@ -249,10 +260,10 @@ def _alone(target, prompt, n):
 def test_continuous_batching_matches_each_request_alone(tiny_target, k):
     prompts = random_prompts(7, seed=3)
     limits = [5, 17, 9, 30, 3, 12, 21]
-    eng = Engine(tiny_target, SpecConfig(method="draft", k=k, k_max=K_MAX),
-                 EngineConfig(max_batch=3, max_model_len=256), draft=tiny_target,
-                 cost_model=CostModel.from_function(lambda b, q, L: 0.01 + 1e-4 * b * q,
-                                                    {"draft:draft": lambda b, L: 1e-4}, k_max=K_MAX))
+    eng = make_engine(Models(tiny_target, None, tiny_target), SpecConfig(method="draft", k=k, k_max=K_MAX),
+                      EngineConfig(max_batch=3, max_model_len=256),
+                      cost_model=CostModel.from_function(lambda b, q, L: 0.01 + 1e-4 * b * q,
+                                                         {"draft:draft": lambda b, L: 1e-4}, k_max=K_MAX))
     seqs = [eng.add_request(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts[:4], limits[:4])]
     done = {}
     for i in range(200):
@@ -270,7 +281,7 @@ def test_continuous_batching_matches_each_request_alone(tiny_target, k):
 
 
 def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
-    from specdec.engine.adaptive import RECHECK
+    from specdec.adaptive.policy import RECHECK
     pol, batch = make_policy(MEMORY_BOUND)
     run(pol, batch, lambda k: 0, 30)                          # settled on k = 0
     pol._idle_rounds = pol._since = RECHECK              # due for an evaluation
@@ -284,12 +295,12 @@ def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
     # a resuming step that ran 20 ms over the model after 4 plain rounds: 5 ms per token
     pol._idle_rounds, pol._prev_k, pol._since = 4, 0, RECHECK
     pol.choose(batch)
-    pol.observe(batch, 1, [1] * 4, [0] * 4, float(pol._pred[1]) + 0.020)
+    observe(pol, batch, 1, [1] * 4, [0] * 4, float(pol._pred[1]) + 0.020)
     assert pol._resume[len(batch)] == pytest.approx(0.005)
 
 
 def test_near_ties_between_drafting_lengths_go_to_the_smaller_k():
-    from specdec.engine.adaptive import TIE, near_best
+    from specdec.adaptive.policy import TIE, near_best
     rate = np.array([1.0, 1.5, 2.0, 2.0 * (1 + TIE / 2), 1.9])
     assert near_best(rate) == 2                              # k = 3 is better, but by less than TIE
     rate[3] = 2.0 * (1 + 2 * TIE)
@@ -298,7 +309,7 @@ def test_near_ties_between_drafting_lengths_go_to_the_smaller_k():
 
 
 def test_whether_to_draft_at_all_is_a_plain_argmax():
-    from specdec.engine.adaptive import TIE, near_best
+    from specdec.adaptive.policy import TIE, near_best
     # k = 1 beats plain by less than the margin: still drafted (the margin is only between k >= 1)
     assert near_best(np.array([1.0, 1.0 + TIE / 4, 0.9])) == 1
     # k = 2 is best but within the margin of k = 1, which itself beats plain: k = 1
@@ -307,3 +318,23 @@ def test_whether_to_draft_at_all_is_a_plain_argmax():
     assert near_best(np.array([1.0, 0.99, 1.01])) == 2
     # an exact tie with plain goes to plain
     assert near_best(np.array([1.0, 1.0, 0.5])) == 0
+
+
+def test_building_an_auto_engine_with_a_cost_model_times_nothing(tiny_target, tiny_draft, monkeypatch):
+    """The constructor chain measures nothing when the cost model is handed in: no forward is
+    timed, no round timer runs, no scratch engine is built."""
+    import specdec.costs.profiling as profiling
+    import specdec.adaptive.calibrate as calibrate
+
+    def forbidden(*a, **kw):
+        raise AssertionError("timed the machine while building")
+    monkeypatch.setattr(profiling, "time_forwards", forbidden)
+    monkeypatch.setattr(calibrate, "Engine", forbidden)
+    cost = CostModel.from_function(lambda b, q, L: 0.01 + 1e-4 * b * q, {"draft:draft": lambda b, L: 1e-4},
+                                   k_max=4)
+    eng = make_engine(Models(tiny_target, None, tiny_draft), SpecConfig(method="draft", k="auto", k_max=4),
+                      EngineConfig(max_batch=2, max_model_len=64), cost_model=cost)
+    assert isinstance(eng.policy, AdaptiveK) and eng.policy.cost is cost
+    # and the engine alone cannot make one: k = "auto" needs the policy from above
+    with pytest.raises(Exception, match="adaptive policy"):
+        Engine(tiny_target, SpecConfig(method="draft", k="auto"), EngineConfig(max_model_len=64), draft=tiny_draft)

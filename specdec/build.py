@@ -1,0 +1,107 @@
+"""Build an Engine from checkpoint directories: what the CLI, the server and the API call.
+
+    models = load_models("models/target", "models/draft")
+    engine = make_engine(models, SpecConfig(method="draft", k="auto"), EngineConfig())
+
+This is where the machine is measured, never below: `k="auto"` gets the adaptive policy
+with a cost model loaded from the cache or measured (quick: under a second, the rest
+lazily), and `layerskip` without `layerskip_layers` gets its depth calibrated once per
+target and cached. The engine receives the proposer and the policy ready-made.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from .adaptive.calibrate import round_timer
+from .adaptive.layers import calibrated_layers
+from .adaptive.policy import AdaptiveK
+from .config import EngineConfig, SpecConfig
+from .costs.cost_model import CostModel
+from .engine.engine import Engine, cache_length
+from .engine.policy import KPolicy, simple_policy
+from .errors import CheckpointError, ConfigError
+from .models.llama import LlamaModel
+from .models.loader import load_model, load_tokenizer
+from .models.tokenizer import Tokenizer
+from .proposers import create as create_proposer
+from .proposers.auto import DEFAULT_ARMS
+from .proposers.base import Proposer
+
+
+@dataclass
+class Models:
+    target: LlamaModel
+    tokenizer: Tokenizer
+    draft: LlamaModel | None = None
+    target_path: Path | None = None
+    draft_path: Path | None = None
+
+
+def load_models(target: str | Path, draft: str | Path | None = None, device: str = "cpu",
+                threads: int | None = None, compile: bool | None = None) -> Models:
+    """Load the target (and draft); refuse a draft whose vocabulary differs from the target's.
+    `compile`: use the compiled decoder (None: where it builds; see models/loader.py)."""
+    if threads:
+        torch.set_num_threads(threads)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but CUDA is not available")
+    t = load_model(target, device=device, compile=compile)
+    tok = load_tokenizer(target)
+    d = None
+    if draft is not None:
+        d = load_model(draft, device=device, exact=False, compile=compile)  # a draft's numerics change no output
+        if d.config.vocab_size != t.config.vocab_size:
+            raise CheckpointError(f"draft vocabulary size {d.config.vocab_size} differs from the target's "
+                                  f"{t.config.vocab_size}: speculative decoding needs the same vocabulary")
+        dtok = load_tokenizer(draft)
+        if dtok.tok.get_vocab() != tok.tok.get_vocab():
+            raise CheckpointError("draft tokenizer differs from the target's: speculative decoding needs "
+                                  "the same vocabulary")
+    return Models(t, tok, d, Path(target), Path(draft) if draft else None)
+
+
+def resolve_spec(target: LlamaModel, spec: SpecConfig) -> SpecConfig:
+    """`spec` with what the proposer needs measured filled in: layer-skip's depth, where a
+    layerskip proposer (or an auto arm) is asked for without `layerskip_layers`."""
+    opts = spec.opts
+    arms = opts.get("auto_arms") or DEFAULT_ARMS
+    if isinstance(arms, str):
+        arms = [a.strip() for a in arms.split(",")]
+    wants = spec.method == "layerskip" or (spec.method == "auto" and "layerskip" in arms)
+    if (not wants or "layerskip_layers" in opts or spec.k == 0
+            or target.config.num_hidden_layers < 2):
+        return spec
+    return replace(spec, options={**opts, "layerskip_layers": calibrated_layers(target)})
+
+
+def make_policy(spec: SpecConfig, proposer: Proposer, target: LlamaModel, draft: LlamaModel | None = None,
+                cost_model: CostModel | None = None) -> KPolicy:
+    """The k policy for `spec`: fixed or heuristic, or for k = "auto" the adaptive policy with
+    `cost_model` (default: loaded from the cache or measured quickly) timing real rounds."""
+    if spec.k != "auto":
+        return simple_policy(spec)
+    if proposer.name == "none":
+        return AdaptiveK(spec.k_max, proposer, None)
+    k_max = min(spec.k_max, proposer.max_k or spec.k_max)
+    if cost_model is None:
+        cost_model = CostModel.load_or_measure(target, proposer, quick=True, k_max=k_max)
+    if not cost_model.times_rounds:
+        cost_model.attach_round_timer(round_timer(target, spec, draft))
+    return AdaptiveK(k_max, proposer, cost_model)
+
+
+def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
+                cost_model: CostModel | None = None) -> Engine:
+    """An Engine for `models`: the context clamped to the target's, the proposer built from
+    the registry, the policy from `make_policy`."""
+    if config.max_model_len > models.target.config.max_position_embeddings:
+        config = replace(config, max_model_len=models.target.config.max_position_embeddings)
+    spec = resolve_spec(models.target, spec)
+    method = spec.method if spec.k != 0 else "none"
+    proposer = create_proposer(method, models.target, spec, draft_model=models.draft,
+                               rows=config.max_batch, max_len=cache_length(config, spec))
+    policy = make_policy(spec, proposer, models.target, models.draft, cost_model)
+    return Engine(models.target, spec, config, proposer=proposer, policy=policy)
