@@ -20,6 +20,7 @@ from .adaptive.layers import calibrated_layers
 from .adaptive.policy import AdaptiveK
 from .config import EngineConfig, SpecConfig
 from .costs.cost_model import CostModel
+from .defaults import default_draft, default_target
 from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy
 from .errors import CheckpointError, ConfigError
@@ -40,10 +41,20 @@ class Models:
     draft_path: Path | None = None
 
 
-def load_models(target: str | Path, draft: str | Path | None = None, device: str = "cpu",
+def default_pair(target: str | Path | None, draft: str | Path | None) -> tuple[Path, Path | None]:
+    """The checkpoints to load: the bundled target and draft when no target is named; a named
+    target gets a draft only when one is named too."""
+    if target is None:
+        return default_target(), Path(draft) if draft else default_draft()
+    return Path(target), Path(draft) if draft else None
+
+
+def load_models(target: str | Path | None = None, draft: str | Path | None = None, device: str = "cpu",
                 threads: int | None = None, compile: bool | None = None) -> Models:
-    """Load the target (and draft); refuse a draft whose vocabulary differs from the target's.
-    `compile`: use the compiled decoder (None: where it builds; see models/loader.py)."""
+    """Load the target (and draft; `default_pair` picks them); refuse a draft whose vocabulary
+    differs from the target's. `compile`: use the compiled decoder (None: where it builds;
+    see models/loader.py)."""
+    target, draft = default_pair(target, draft)
     if threads:
         torch.set_num_threads(threads)
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -20,16 +20,19 @@ import torch
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..costs.cache import identity_hash, model_identity
 from ..defaults import cache_dir
-from ..engine.engine import Engine
+from ..engine.engine import Engine, cache_length
 from ..errors import ConfigError
-from ..models.llama import S_BLOCK
 from ..proposers.layerskip import LayerSkipProposer
 
 _CHOSEN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # target -> calibrated L'
 
 
+def _spec(k: int, drafting: bool) -> SpecConfig:
+    return SpecConfig(method="layerskip", k=k) if drafting else SpecConfig(method="none", k=0)
+
+
 def _run(target, proposer, k, prompts, new_tokens, threads_cfg):
-    spec = SpecConfig(method="none" if proposer is None else "layerskip", k=0 if proposer is None else k)
+    spec = _spec(k, proposer is not None)
     eng = Engine(target, spec, threads_cfg, proposer=proposer)
     eng.generate(prompts, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
     m = eng.metrics
@@ -55,8 +58,7 @@ def measure_layers(target, prompts: list[list[int]], k: int = 4, new_tokens: int
     for r in range(repeats):
         order = [0] + cands if r % 2 == 0 else list(reversed(cands)) + [0]
         for L in order:
-            cache_len = -(-(cfg.max_model_len + k + 2) // S_BLOCK) * S_BLOCK
-            prop = None if L == 0 else LayerSkipProposer(target, L, len(prompts), cache_len)
+            prop = None if L == 0 else LayerSkipProposer(target, L, len(prompts), cache_length(cfg, _spec(k, True)))
             runs[L].append(_run(target, prop, k, prompts, new_tokens, cfg))
     plain = statistics.median(x["tokens_per_s"] for x in runs[0])
     out = []

@@ -14,13 +14,11 @@ def serving(args, host: str = "127.0.0.1"):
     import uvicorn
 
     from ..config import SpecConfig
-    from ..defaults import default_draft, default_target
-    from ..build import load_models
+    from ..build import default_pair, load_models
     from ..errors import ConfigError
     from ..server.app import ServerConfig, create_app
 
-    target = getattr(args, "target", None) or default_target()
-    draft = getattr(args, "draft", None) or (None if getattr(args, "target", None) else default_draft())
+    target, draft = default_pair(getattr(args, "target", None), getattr(args, "draft", None))
     models = load_models(target, draft, device=getattr(args, "device", "cpu") or "cpu",
                          threads=getattr(args, "threads", None), compile=getattr(args, "compile", None))
     method = getattr(args, "method", None) or ("draft" if models.draft is not None else "none")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from ..analysis.remote import add_remote_args
 from ..analysis.workloads import WORKLOADS, load_workload
-from ..defaults import default_draft, default_target
 from ..errors import ConfigError
 from .common import add_compile_arg, add_method_args, spec_from_args
 
@@ -94,11 +93,10 @@ def run(args) -> int:
         from ..analysis.remote import run_remote
         return run_remote(args)
     from ..analysis.session import Progress, analyze
-    from ..build import load_models
+    from ..build import default_pair, load_models
 
     s = _settings(args)
-    target = args.target or default_target()
-    draft = args.draft if args.draft or args.target else default_draft()
+    target, draft = default_pair(args.target, args.draft)
     names = list(WORKLOADS) if args.workload == "all" else [args.workload]
     with Progress(disabled=args.no_progress) as bars:
         bars.note("loading models and prompts")

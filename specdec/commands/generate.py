@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 from ..config import EngineConfig, SamplingParams
-from ..defaults import default_draft, default_target
-from ..build import load_models, make_engine
+from ..build import default_pair, load_models, make_engine
 from ..errors import PromptError
 from .common import add_compile_arg, add_method_args, spec_from_args
 
@@ -69,8 +68,7 @@ def run(args) -> int:
         raise PromptError("empty prompt")
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             seed=args.seed, max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos)
-    target = args.target or default_target()
-    draft = args.draft if args.draft or args.target else default_draft()
+    target, draft = default_pair(args.target, args.draft)
     models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
     spec = spec_from_args(args, has_draft=models.draft is not None)
     engine = make_engine(models, spec, EngineConfig(max_batch=args.max_batch, device=args.device,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..defaults import default_draft, default_target
 from ..errors import ConfigError
 from .common import add_compile_arg
 from ..costs.report import cost_table
@@ -67,12 +66,11 @@ def run(args) -> int:
     import torch
 
     from ..costs.cost_model import CostModel
-    from ..build import load_models
+    from ..build import default_pair, load_models
 
     if args.k_max < 1 or any(b < 1 for b in args.batch_sizes):
         raise ConfigError("--k-max and --batch-sizes must be >= 1")
-    target = args.target or default_target()
-    draft = args.draft if args.draft or args.target else default_draft()
+    target, draft = default_pair(args.target, args.draft)
     models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
     threads = args.threads or torch.get_num_threads()
     cm = CostModel.load_or_measure(models.target, models.draft, device=args.device, threads=threads,

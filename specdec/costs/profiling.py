@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..models.llama import S_BLOCK
+from ..models.llama import padded
 
 GRID_B = (1, 2, 4, 8, 16, 32, 64)
 Point = tuple[int, int, int]          # (L, b, q)
@@ -54,7 +54,7 @@ def time_forwards(model, b: int, L: int, qs: list[int], num_layers: int | None =
     """Median seconds of `model(tokens (b, q), positions, cache)` with L cached tokens per row,
     for each q in `qs`, called exactly as the engine calls it. One cache serves every q."""
     dev = model.device
-    max_len = -(-(L + max(qs) + 1) // S_BLOCK) * S_BLOCK
+    max_len = padded(L + max(qs) + 1)
     cache = model.new_cache(b, max_len, num_layers)
     cache.lengths = [L] * b
     g = torch.Generator().manual_seed(1000 * b + L)

@@ -20,7 +20,7 @@ import torch
 from ..batch import Batch
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..errors import ConfigError, PromptError
-from ..models.llama import S_BLOCK, LlamaModel
+from ..models.llama import LlamaModel, padded
 from ..proposers import create as create_proposer
 from ..proposers.base import Draft, Proposer
 from ..verify.greedy import greedy_verify
@@ -37,7 +37,7 @@ def cache_length(config: EngineConfig, spec: SpecConfig) -> int:
     """Cache slots per row: the context plus a round's drafts and bonus token (a request near
     its limit still verifies a full block), rounded up to whole attention blocks."""
     slack = spec.k_max + 2
-    return -(-(config.max_model_len + slack) // S_BLOCK) * S_BLOCK
+    return padded(config.max_model_len + slack)
 
 
 class Engine:

@@ -5,6 +5,15 @@ import time
 from dataclasses import dataclass, field
 
 
+def count_positions(accepted_per_pos: list[int], num_draft: int, num_accepted: int) -> None:
+    """vLLM's per-position count: a round that drafted `num_draft` tokens and had the first
+    `num_accepted` accepted adds one at positions 0..num_accepted-1 (grown as needed)."""
+    if len(accepted_per_pos) < num_draft:
+        accepted_per_pos.extend([0] * (num_draft - len(accepted_per_pos)))
+    for j in range(num_accepted):
+        accepted_per_pos[j] += 1
+
+
 @dataclass
 class EngineMetrics:
     num_drafts: int = 0                 # vllm:spec_decode_num_drafts
@@ -25,10 +34,7 @@ class EngineMetrics:
         self.num_drafts += 1
         self.num_draft_tokens += num_draft
         self.num_accepted_tokens += num_accepted
-        if len(self.accepted_per_pos) < num_draft:
-            self.accepted_per_pos.extend([0] * (num_draft - len(self.accepted_per_pos)))
-        for j in range(num_accepted):
-            self.accepted_per_pos[j] += 1
+        count_positions(self.accepted_per_pos, num_draft, num_accepted)
         self.accepted_length_hist[num_accepted] = self.accepted_length_hist.get(num_accepted, 0) + 1
 
     @property

@@ -9,6 +9,7 @@ from enum import Enum
 import torch
 
 from ..config import SamplingParams
+from .metrics import count_positions
 
 _ids = itertools.count()
 
@@ -42,10 +43,7 @@ class SeqStats:
         self.accepted_tokens += num_accepted
         self.accepted_lengths.append(num_accepted)
         self.draft_lengths.append(num_draft)
-        if len(self.accepted_per_pos) < num_draft:
-            self.accepted_per_pos.extend([0] * (num_draft - len(self.accepted_per_pos)))
-        for j in range(num_accepted):
-            self.accepted_per_pos[j] += 1
+        count_positions(self.accepted_per_pos, num_draft, num_accepted)
 
     def as_dict(self, num_output: int) -> dict:
         wall = (self.t_end or time.perf_counter()) - self.t_arrival

@@ -21,6 +21,11 @@ ATTN_MIN_ROWS = 4   # bmm on CPU is row-invariant from 4 query rows up; pad to t
 S_BLOCK = 64        # attend over a key length rounded up to this (masked keys add exact zeros)
 
 
+def padded(n: int) -> int:
+    """n rounded up to whole attention blocks of S_BLOCK keys."""
+    return -(-n // S_BLOCK) * S_BLOCK
+
+
 class Linear(nn.Linear):
     """nn.Linear that switches to a prepacked kernel for inference (see linear.py)."""
     kernel: LinearKernel | None = None
@@ -191,7 +196,7 @@ class LlamaModel(nn.Module):
         mask = None
         if cache is not None:
             s = min(max(cache.lengths[:B]) + T, cache.max_len)
-            s = min(-(-s // S_BLOCK) * S_BLOCK, cache.max_len)
+            s = min(padded(s), cache.max_len)
             keys = torch.arange(s, device=tokens.device)
             mask = (keys[None, None, :] > positions[:, :, None])[:, None, None]  # (B, 1, 1, T, S)
         layers = self.model.layers if num_layers is None else self.model.layers[:num_layers]
