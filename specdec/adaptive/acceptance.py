@@ -111,7 +111,7 @@ class AcceptanceTracker:
         return p
 
     # ---- updates: queued as they come, folded in when an estimate is next read ------------
-    def observe(self, key: str, num_draft: list[int], accepted: list[int], k: int | None = None,
+    def record(self, key: str, num_draft: list[int], accepted: list[int], k: int | None = None,
                 accept_prob: list[list[float]] | None = None) -> None:
         """One round: row b drafted num_draft[b] tokens and had accepted[b] of them accepted.
         With `k` (the round's requested length), a row that proposed fewer than k tokens
@@ -130,10 +130,10 @@ class AcceptanceTracker:
             return
         self._queue.append((key, k, list(num_draft), list(accepted), accept_prob))
 
-    def observe_position(self, key: str, position: int, beta: list[float]) -> None:
+    def record_position(self, key: str, position: int, beta: list[float]) -> None:
         """Row b's acceptance probability at draft `position` (1-based), reached but not
         drafted (engine/lookahead.py); NaN where a row has none. It belongs to the previous
-        round: the next round's observe() decays it."""
+        round: the next round's record() decays it."""
         j = position - 1
         seen = [(b, x) for b, x in enumerate(beta) if x == x]                    # a few rows
         if j < self.k_max and seen:

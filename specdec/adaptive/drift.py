@@ -38,7 +38,7 @@ class Drift:
         self.sums: dict[int, list[float]] = {}     # b -> [n, Sk, Skk, Sr, Skr]
         self.shape: dict[int, tuple[list[float], list[float]]] = {}   # b -> (weight, residual sum) per k
 
-    def observe(self, b: int, k: int, residual: float) -> None:
+    def add(self, b: int, k: int, residual: float) -> None:
         w, s = self.shape.setdefault(b, ([0.0] * (self.k_max + 1), [0.0] * (self.k_max + 1)))
         for j in range(len(w)):                     # every k of this batch size forgets alike
             w[j] *= FIT_DECAY

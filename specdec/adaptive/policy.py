@@ -175,8 +175,8 @@ class AdaptiveK(KPolicy):
             return
         key, k, dt, b = result.cost_key, result.k, result.dt, len(result.batch)
         if result.lookahead is not None:            # the previous round's position k + 1
-            self.acc.observe_position(key, *result.lookahead)
-        self.acc.observe(key, result.num_draft, result.accepted, k, result.accept_prob)
+            self.acc.record_position(key, *result.lookahead)
+        self.acc.record(key, result.num_draft, result.accepted, k, result.accept_prob)
         shape = (b, k)
         resumed = k > 0 and self._prev_k == 0
         if self._pred is not None and not self._skip_fit:      # a step the model predicted
@@ -188,7 +188,7 @@ class AdaptiveK(KPolicy):
                 self._resume[b] = excess if old is None else 0.5 * (old + excess)
             elif shape in self._seen and not resumed:              # typical of its k
                 residual = math.log(max(dt, 1e-9) / pred)
-                self.drift.observe(b, k, min(max(residual, -LOG_CLIP), LOG_CLIP))
+                self.drift.add(b, k, min(max(residual, -LOG_CLIP), LOG_CLIP))
         self._seen.add(shape)
         self._idle_rounds = self._idle_rounds + 1 if k == 0 else 0
         self._since += 1

@@ -13,7 +13,7 @@ def test_per_request_and_per_position_estimates():
     acc.start(0)
     acc.start(1)
     for _ in range(20):
-        acc.observe("x", [4, 4], [4, 1])               # row 0 accepts all, row 1 stops at 2
+        acc.record("x", [4, 4], [4, 1])               # row 0 accepts all, row 1 stops at 2
     a = acc.row_means("x", 2)
     assert a[0].min() > 0.8
     assert a[1, 0] > 0.8 and a[1, 1] < 0.3
@@ -23,7 +23,7 @@ def test_per_request_and_per_position_estimates():
     assert np.allclose(acc.row_means("x", 2)[1], a[0])
     acc.start(2)
     for _ in range(20):
-        acc.observe("y", [0, 0, 2], [0, 0, 2], k=4)     # rows 0, 1 had nothing to propose
+        acc.record("y", [0, 0, 2], [0, 0, 2], k=4)     # rows 0, 1 had nothing to propose
     assert acc.row_means("y", 3)[0, 0] < 0.3 and acc.row_means("y", 3)[2, 2] < 0.3
 
 
@@ -35,19 +35,19 @@ def test_acceptance_probabilities_replace_noisy_outcomes():
         acc.start(0)
     for _ in range(12):
         m = 0                                              # an unlucky streak: rejected at once
-        rb.observe("x", [4], [m], k=4, accept_prob=[[0.7, 0.7, 0.7, 0.7]])
-        plain.observe("x", [4], [m], k=4)
+        rb.record("x", [4], [m], k=4, accept_prob=[[0.7, 0.7, 0.7, 0.7]])
+        plain.record("x", [4], [m], k=4)
     assert abs(rb.row_means("x", 1)[0, 0] - 0.7) < 0.06
     assert plain.row_means("x", 1)[0, 0] < 0.3
     # positions past the first rejection are not counted; a draft that was not made fails
     acc = AcceptanceTracker(4)
     acc.start(0)
-    acc.observe("y", [1], [1], k=4, accept_prob=[[0.9, 0.0, 0.0, 0.0]])
+    acc.record("y", [1], [1], k=4, accept_prob=[[0.9, 0.0, 0.0, 0.0]])
     acc.flush()
     s, f = acc.keys["y"]
     assert np.allclose(s, [0.9, 0, 0, 0]) and np.allclose(f, [0.1, 1, 0, 0])
     assert np.allclose(acc.rows_s[0], s) and np.allclose(acc.rows_f[0], f)
-    acc.observe("y", [1], [0], k=4, accept_prob=[[0.5, 0.0, 0.0, 0.0]])      # older evidence decays
+    acc.record("y", [1], [0], k=4, accept_prob=[[0.5, 0.0, 0.0, 0.0]])      # older evidence decays
     acc.flush()
     assert np.allclose(acc.rows_s[0], [0.9 * 0.95 + 0.5, 0, 0, 0])
     assert np.allclose(acc.keys["y"][0], [0.9 * 0.98 + 0.5, 0, 0, 0])
@@ -71,8 +71,8 @@ def test_queued_rounds_fold_in_exactly_as_one_at_a_time(with_beta):
         look = (k + 1, [float(x) if x > 0.5 else float("nan") for x in rng.random(3)])
         for t in (lazy, eager):
             if i % 3 == 0 and k:
-                t.observe_position("x", *look)
-            t.observe("x", [k] * 3, acc, k, prob)
+                t.record_position("x", *look)
+            t.record("x", [k] * 3, acc, k, prob)
         eager.flush()
         longest = max(longest, len(lazy._queue))
         if i == 30:
@@ -90,12 +90,12 @@ def test_observation_past_k_counts_at_that_position_only():
     acc = AcceptanceTracker(3)
     for row in range(2):
         acc.start(row)
-    acc.observe_position("x", 2, [0.9, float("nan")])
+    acc.record_position("x", 2, [0.9, float("nan")])
     acc.flush()
     s, f = acc.keys["x"]
     assert np.allclose(s, [0, 0.9, 0]) and np.allclose(f, [0, 0.1, 0])
     assert np.allclose(acc.rows_s[:, 1], [0.9, 0]) and np.allclose(acc.rows_f[:, 1], [0.1, 0])
-    acc.observe_position("x", 4, [1.0, 1.0])                  # past k_max: nothing to learn
+    acc.record_position("x", 4, [1.0, 1.0])                  # past k_max: nothing to learn
     acc.flush()
     assert np.allclose(acc.keys["x"][0], [0, 0.9, 0])
     inherit, look = AcceptanceTracker(3), AcceptanceTracker(3)
@@ -103,8 +103,8 @@ def test_observation_past_k_counts_at_that_position_only():
         t.start(0)
     for _ in range(30):                                        # k = 1, every draft accepted w.p. 0.6
         for t in (inherit, look):
-            t.observe("y", [1], [1], k=1, accept_prob=[[0.6]])
-        look.observe_position("y", 2, [0.95])
+            t.record("y", [1], [1], k=1, accept_prob=[[0.6]])
+        look.record_position("y", 2, [0.95])
     assert inherit.row_means("y", 1)[0, 1] < 0.7 < 0.9 < look.row_means("y", 1)[0, 1]
 
 

@@ -204,7 +204,7 @@ def test_overhead_fit_recovers_intercept_and_slope():
     fit = Drift(K_MAX)
     for i in range(400):
         k = i % (K_MAX + 1)
-        fit.observe(4, k, 0.002 + 0.0005 * k)
+        fit.add(4, k, 0.002 + 0.0005 * k)
     pred = fit.predict(4, np.array([0, 8]))
     assert pred == pytest.approx([0.002, 0.006], rel=0.05)
     # a batch size not seen yet starts from the fit over all batch sizes
@@ -215,7 +215,7 @@ def test_overhead_fit_recovers_intercept_and_slope():
 def test_overhead_seen_at_one_k_moves_every_k_alike():
     fit = Drift(K_MAX)
     for _ in range(10):
-        fit.observe(16, 2, -0.4)                        # steps 33% faster than the model, at k = 2
+        fit.add(16, 2, -0.4)                        # steps 33% faster than the model, at k = 2
     pred = fit.predict(16, np.arange(K_MAX + 1))
     assert pred[2] == pytest.approx(-0.4, rel=0.1)
     assert np.allclose(pred, pred[2])                   # no slope from one k: k = 8 is not cheaper
@@ -227,7 +227,7 @@ def test_overhead_learns_a_k_that_sits_off_the_line():
     fit = Drift(K_MAX)
     for i in range(300):
         k = (2, 3, 4)[i % 3]
-        fit.observe(1, k, 0.26 if k == 3 else 0.0)
+        fit.add(1, k, 0.26 if k == 3 else 0.0)
     p2, p3, p4 = fit.predict(1, np.array([2, 3, 4]))
     assert p3 - p2 > 0.15 and p3 - p4 > 0.15 and abs(p2 - p4) < 0.01     # 0.26 apart, shrunk
     assert fit.predict(1, np.array([6]))[0] == pytest.approx(0.26 / 3, abs=0.01)   # unseen: the line
