@@ -10,6 +10,7 @@ K_MAX = 16
 
 # the range torch.Generator.manual_seed accepts (a signed or unsigned 64-bit integer)
 SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1
+COUPLINGS = ("standard", "invariant")
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -21,6 +22,10 @@ class SamplingParams:
     max_new_tokens: int = 128
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
+    # how a sampled round is verified: "standard" rejection sampling (the highest acceptance)
+    # or "invariant" (verify/coupling.py: the same text for a seed whatever the proposer, k
+    # or batch; greedy requests are invariant either way)
+    coupling: str = "standard"
 
     def __post_init__(self):
         if not isinstance(self.temperature, (int, float)) or self.temperature != self.temperature \
@@ -34,11 +39,18 @@ class SamplingParams:
             raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens}")
         if self.seed is not None and (not isinstance(self.seed, int) or not SEED_MIN <= self.seed <= SEED_MAX):
             raise ConfigError(f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}], got {self.seed!r}")
+        if self.coupling not in COUPLINGS:
+            raise ConfigError(f"coupling must be one of {', '.join(COUPLINGS)}, got {self.coupling!r}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def coupled(self) -> bool:
+        """Sampled with position-keyed noise (verified by argmax, like greedy)."""
+        return self.coupling == "invariant" and not self.greedy
 
 
 @dataclass(frozen=True)

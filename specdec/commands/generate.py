@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..config import EngineConfig, SamplingParams
+from ..config import COUPLINGS, EngineConfig, SamplingParams
 from ..build import default_pair, load_models, make_engine
 from ..errors import PromptError
 from .common import add_compile_arg, add_method_args, spec_from_args
@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int)
+    p.add_argument("--sampling-coupling", choices=COUPLINGS, default="standard",
+                   help="invariant: the same text for a seed whatever the proposer, k or batch "
+                        "(at some cost in acceptance); standard: rejection sampling")
     p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens tokens")
     p.add_argument("--max-batch", type=int, default=8)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -67,7 +70,8 @@ def run(args) -> int:
     if any(not p for p in prompts):
         raise PromptError("empty prompt")
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                            seed=args.seed, max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos)
+                            seed=args.seed, max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos,
+                            coupling=args.sampling_coupling)
     target, draft = default_pair(args.target, args.draft)
     models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
     spec = spec_from_args(args, has_draft=models.draft is not None)

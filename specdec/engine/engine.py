@@ -23,6 +23,7 @@ from ..errors import ConfigError, PromptError
 from ..models.llama import LlamaModel, padded
 from ..proposers import create as create_proposer
 from ..proposers.base import Draft, Proposer
+from ..verify.coupling import CoupledNoise
 from ..verify.greedy import greedy_verify
 from ..verify.rejection import acceptance_probability, rejection_verify
 from ..verify.sampling import BatchSampling, sample
@@ -80,6 +81,8 @@ class Engine:
             raise PromptError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({params.max_new_tokens}) "
                               f"= {total} exceeds the context length {self.config.max_model_len}")
         seq = Sequence(prompt_ids, params, self.eos_ids)
+        if params.coupled:
+            seq.noise = CoupledNoise(seq.seed, V)
         self.waiting.append(seq)
         return seq
 
@@ -134,18 +137,19 @@ class Engine:
         draft_rows = draft.tokens.tolist() if kk else [[] for _ in batch]
         last = self.cache_len - 1
         tokens = torch.tensor([[s.token_ids[-1]] + d for s, d in zip(batch, draft_rows)], device=dev)  # (B, k+1)
-        positions = torch.tensor([[min(n + j, last) for j in range(kk + 1)]
-                                  for n in self.cache.lengths[:B]], device=dev)                     # (B, k+1)
+        pos_rows = [[min(n + j, last) for j in range(kk + 1)] for n in self.cache.lengths[:B]]
+        positions = torch.tensor(pos_rows, device=dev)                                  # (B, k+1)
         logits = self.target(tokens, positions, self.cache)                             # (B, k+1, V)
         # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
-        #    (no drafts) only picks the next token.
-        plain = self._plain_next(logits, batch.sampling) if kk == 0 else None
+        #    (no drafts) only picks the next token. chosen[b][j]: the position output j fills.
+        chosen = [[len(s.token_ids) + j for j in range(kk + 1)] for s in batch]
+        plain = self._plain_next(logits, batch.sampling, chosen) if kk == 0 else None
         if plain is not None:
             (next_token, p_bonus), beta = plain, None
             accepted = [0] * B
         else:
             n_draft_t = torch.tensor(num_draft, device=dev)
-            num_accepted, next_token, beta, p_bonus = self._verify(logits, draft, n_draft_t, batch.sampling)
+            num_accepted, next_token, beta, p_bonus = self._verify(logits, draft, n_draft_t, batch.sampling, chosen)
             accepted = num_accepted.tolist()             # the step's host sync
         next_ids = next_token.tolist()
         # 6. Commit: advance the cache past the accepted drafts and the new token (the
@@ -179,38 +183,41 @@ class Engine:
         return list(batch)
 
     @staticmethod
-    def _plain_next(logits, sampling: BatchSampling):
+    def _plain_next(logits, sampling: BatchSampling, chosen: list[list[int]]):
         """(next_token (B,), p (B, V) or None) for a round without drafts, or None for a batch
-        mixing greedy and sampled rows (verification handles that). Same draws as
+        mixing argmax and sampled rows (verification handles that). Same draws as
         verification's."""
-        if sampling.all_greedy:
-            return logits[:, 0].argmax(-1), None
-        if not sampling.any_greedy:
+        if sampling.all_argmax:
+            return sampling.scores(logits, chosen)[:, 0].argmax(-1), None
+        if not sampling.any_argmax:
             p = sampling.probs(logits)[:, 0]                                            # (B, V)
             return sample(p, sampling.uniforms(1)[:, 0]), p
         return None
 
-    def _verify(self, logits, draft: Draft, n_draft, sampling: BatchSampling):
+    def _verify(self, logits, draft: Draft, n_draft, sampling: BatchSampling, chosen: list[list[int]]):
         """-> (num_accepted (B,), next_token (B,), beta (B, k) or None, p_bonus (B, V) or None).
-        beta, each draft's acceptance probability, is computed for sampled batches when the
-        policy learns from it (greedy acceptance is already deterministic given the context);
-        p_bonus is the target's distribution after the last draft (sampled batches)."""
+        Greedy and coupled rows are verified by argmax on their scores, the others by
+        rejection sampling. beta, each draft's acceptance probability, is computed for
+        sampled batches when the policy learns from it (argmax acceptance is already
+        deterministic given the context); p_bonus is the target's distribution after the
+        last draft (sampled batches)."""
         tokens = draft.tokens.to(logits.device)
-        if sampling.all_greedy:
-            return (*greedy_verify(logits, tokens, n_draft), None, None)
+        if sampling.all_argmax:
+            return (*greedy_verify(sampling.scores(logits, chosen), tokens, n_draft), None, None)
         p = sampling.probs(logits)                                                      # (B, k+1, V)
         kk = tokens.shape[1]
         u = sampling.uniforms(kk + 1)
         n_acc, nxt = rejection_verify(p, draft.probs, tokens, n_draft, u[:, :kk], u[:, kk])
         beta = (acceptance_probability(p, draft.probs, tokens)                          # (B, k)
                 if kk > 0 and self.policy.wants_accept_prob else None)
-        if sampling.any_greedy:
-            g_acc, g_nxt = greedy_verify(logits, tokens, n_draft)
-            n_acc = torch.where(sampling.greedy_mask, g_acc, n_acc)
-            nxt = torch.where(sampling.greedy_mask, g_nxt, nxt)
+        if sampling.any_argmax:
+            scores = sampling.scores(logits, chosen)                                    # (B, k+1, V)
+            g_acc, g_nxt = greedy_verify(scores, tokens, n_draft)
+            n_acc = torch.where(sampling.argmax_mask, g_acc, n_acc)
+            nxt = torch.where(sampling.argmax_mask, g_nxt, nxt)
             if beta is not None:
-                match = (tokens == logits[:, :kk].argmax(-1)).to(beta.dtype)
-                beta = torch.where(sampling.greedy_mask[:, None], match, beta)
+                match = (tokens == scores[:, :kk].argmax(-1)).to(beta.dtype)
+                beta = torch.where(sampling.argmax_mask[:, None], match, beta)
         return n_acc, nxt, beta, p[:, kk]
 
     # ---- admission and retirement ------------------------------------------------------------
@@ -240,6 +247,9 @@ class Engine:
         self.cache.advance(row, ids.shape[1])
         if seq.params.greedy:
             first = logits[0, 0].argmax()
+        elif seq.noise is not None:
+            s = BatchSampling([seq.params], [seq.generator], dev, [seq.noise])
+            first = s.scores(logits, [[len(seq.token_ids)]])[0, 0].argmax()
         else:
             s = BatchSampling([seq.params], [seq.generator], dev)
             first = sample(s.probs(logits)[:, 0], s.uniforms(1)[:, 0])[0]
@@ -279,7 +289,8 @@ class Engine:
     def _batch_sampling(self) -> BatchSampling:
         if self._sampling is None:
             self._sampling = BatchSampling([s.params for s in self.running],
-                                           [s.generator for s in self.running], self.device)
+                                           [s.generator for s in self.running], self.device,
+                                           [s.noise for s in self.running])
         return self._sampling
 
     # ---- convenience ---------------------------------------------------------------------

@@ -81,4 +81,8 @@ class Lookahead:
             beta = overlap if beta is None else torch.where(sampling.greedy_mask[now], beta, overlap)
         out = torch.full((len(batch),), float("nan"), device=dev)
         out[now] = beta
+        if sampling.any_coupled:           # coupled rows: their draft's argmax is keyed noise, not q
+            for b, _ in rows:
+                if sampling.noises[b] is not None:
+                    out[b] = float("nan")
         return self._k + 1, out

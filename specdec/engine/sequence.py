@@ -68,7 +68,9 @@ class Sequence:
         self.params = params
         self.stop_ids = () if params.ignore_eos else tuple(set(stop_ids) | set(params.stop_token_ids))
         seed = params.seed if params.seed is not None else torch.seed() % (2**63)
+        self.seed = seed
         self.generator = None if params.greedy else torch.Generator().manual_seed(seed)
+        self.noise = None                    # verify.coupling.CoupledNoise for coupled requests
         self.status = Status.WAITING
         self.finish_reason: str | None = None
         self.row = -1

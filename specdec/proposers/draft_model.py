@@ -57,16 +57,19 @@ class DraftModelProposer(Proposer):
         for b, f in enumerate(feeds):
             self.cache.advance(b, len(f))
         s = context.sampling
-        u = None if s.all_greedy else s.uniforms(k)                                    # (B, k)
+        u = None if s.all_argmax else s.uniforms(k)                                    # (B, k)
+        first = [len(seq.token_ids) for seq in context]             # the position draft 0 fills
         out, qs = [], []
         for i in range(k):
-            if s.all_greedy:
-                tok = logits[:, 0].argmax(-1)
+            # greedy rows: argmax of the logits; coupled rows: of log q + the position's noise
+            if s.all_argmax:
+                tok = s.scores(logits, [[t + i] for t in first])[:, 0].argmax(-1)
             else:
                 q = s.probs(logits)[:, 0]                                              # (B, V)
                 tok = sample(q, u[:, i])
-                if s.any_greedy:
-                    tok = torch.where(s.greedy_mask, logits[:, 0].argmax(-1), tok)
+                if s.any_argmax:
+                    best = s.scores(logits, [[t + i] for t in first])[:, 0].argmax(-1)
+                    tok = torch.where(s.argmax_mask, best, tok)
                 qs.append(q)
             out.append(tok)
             if i < k - 1:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from .coupling import coupled_scores
+
 
 def probs_from_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor | None = None,
                       top_p: torch.Tensor | None = None) -> torch.Tensor:
@@ -55,14 +57,22 @@ def sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
 
 
 class BatchSampling:
-    """Per-row sampling settings of the running batch as tensors, built once per batch change."""
+    """Per-row sampling settings of the running batch as tensors, built once per batch change.
 
-    def __init__(self, params: list, generators: list, device="cpu"):
+    Rows verified by argmax: greedy rows (on the logits) and coupled rows (on the coupled
+    scores, verify/coupling.py). The others are verified by rejection sampling."""
+
+    def __init__(self, params: list, generators: list, device="cpu", noises: list | None = None):
         self.generators = generators
         self.greedy = [p.greedy for p in params]
         self.all_greedy = all(self.greedy)
         self.any_greedy = any(self.greedy)
         self.greedy_mask = torch.tensor(self.greedy, dtype=torch.bool, device=device)
+        self.noises = noises if noises is not None else [None] * len(params)   # CoupledNoise | None
+        self.any_coupled = any(n is not None for n in self.noises)
+        argmax = [g or n is not None for g, n in zip(self.greedy, self.noises)]
+        self.all_argmax, self.any_argmax = all(argmax), any(argmax)
+        self.argmax_mask = torch.tensor(argmax, dtype=torch.bool, device=device)
         self.temperature = torch.tensor([float(p.temperature) for p in params], device=device)
         self.top_k = (torch.tensor([p.top_k for p in params], device=device)
                       if any(p.top_k > 0 for p in params) else None)
@@ -77,6 +87,17 @@ class BatchSampling:
             return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
         pick = lambda t: None if t is None else t[rows]                                 # noqa: E731
         return probs_from_logits(logits, self.temperature[rows], pick(self.top_k), pick(self.top_p))
+
+    def scores(self, logits: torch.Tensor, positions: list[list[int]]) -> torch.Tensor:
+        """logits (B, T, V), positions (B, T) of the tokens being chosen -> (B, T, V) scores
+        whose argmax is the row's token: the logits for greedy rows, log p + g for coupled
+        rows (the others' are the logits too, unused)."""
+        if not self.any_coupled:
+            return logits
+        noise = torch.stack([n.at(pos) if n is not None else torch.zeros(len(pos), logits.shape[-1])
+                             for n, pos in zip(self.noises, positions)]).to(logits.device)  # (B, T, V)
+        coupled = torch.tensor([n is not None for n in self.noises], device=logits.device)
+        return torch.where(coupled[:, None, None], coupled_scores(self.probs(logits), noise), logits.float())
 
     def uniforms(self, n: int) -> torch.Tensor:
         """(B, n) uniforms, each row from its own request's generator (greedy rows: zeros)."""
