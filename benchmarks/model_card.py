@@ -21,7 +21,7 @@ import torch
 from specdec.analysis.workloads import load_workload
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.defaults import MODELS_DIR
-from specdec.engine import Engine
+from specdec.build import Models, make_engine
 from specdec.models.loader import load_model, load_tokenizer
 from specdec.train.data import perplexity, token_stream
 
@@ -29,7 +29,7 @@ from decode_cost import time_q
 
 
 def run(target, draft, spec, prompts, params) -> dict:
-    eng = Engine(target, spec, EngineConfig(max_batch=1, max_model_len=512), draft=draft)
+    eng = make_engine(Models(target, None, draft), spec, EngineConfig(max_batch=1, max_model_len=512))
     t0 = time.perf_counter()
     seqs = eng.generate(prompts, params)
     wall = time.perf_counter() - t0

@@ -26,8 +26,7 @@ from specdec.analysis.workloads import WORKLOADS, load_workload
 from specdec.commands.common import _k
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.defaults import default_draft, default_target
-from specdec.build import load_models
-from specdec.engine.engine import Engine
+from specdec.build import Models, load_models, make_engine
 
 METHODS = ("none", "draft", "ngram", "suffix", "layerskip", "auto")
 
@@ -36,7 +35,8 @@ def run_once(models, method: str, k, prompts, new_tokens: int, options: dict) ->
     spec = SpecConfig(method=method, k=0 if method == "none" else k, options=options)
     longest = max(len(p) for p in prompts) + new_tokens + 1
     cfg = EngineConfig(max_batch=1, max_model_len=min(longest, models.target.config.max_position_embeddings))
-    eng = Engine(models.target, spec, cfg, draft=models.draft if method in ("draft", "auto") else None)
+    draft = models.draft if method in ("draft", "auto") else None
+    eng = make_engine(Models(models.target, models.tokenizer, draft), spec, cfg)
     params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
     t = time.perf_counter()
     seqs = eng.generate(prompts, params)
