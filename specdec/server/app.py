@@ -174,6 +174,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             return SamplingParams(temperature=float(1.0 if req.temperature is None else req.temperature),
                                   top_p=float(1.0 if req.top_p is None else req.top_p),
                                   top_k=req.top_k or 0, seed=req.seed, ignore_eos=req.ignore_eos,
+                                  coupling=req.sampling_coupling,
                                   max_new_tokens=max_tokens if max_tokens is not None
                                   else max(1, mml - prompt_len))
         except ConfigError as e:

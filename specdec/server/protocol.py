@@ -75,6 +75,8 @@ class _Sampling(_Req):
     ignore_eos: StrictBool = False   # extension (as in vLLM): generate exactly max_tokens
     return_token_ids: StrictBool = False  # extension: choices[0].token_ids (non-streaming)
     speculative: SpeculativeOptions | None = None
+    # extension: "invariant" makes a seed's text independent of speculation (verify/coupling.py)
+    sampling_coupling: Literal["standard", "invariant"] = "standard"
     # declared so that they are refused, not ignored (UNSUPPORTED)
     logprobs: Any = None
     top_logprobs: Any = None

@@ -188,7 +188,7 @@ def test_every_request_field_is_handled_or_refused():
     from specdec.server import protocol as P
     handled = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
                "stream_options", "n", "ignore_eos", "return_token_ids", "speculative", "prompt", "echo",
-               "messages", "max_completion_tokens"}
+               "messages", "max_completion_tokens", "sampling_coupling"}
     for model in (P.CompletionRequest, P.ChatCompletionRequest):
         assert set(model.model_fields) <= handled | set(P.UNSUPPORTED), set(model.model_fields) - handled
 
