@@ -18,7 +18,7 @@ from . import native
 from .linear import LinearKernel, fallback_kernel
 
 ATTN_MIN_ROWS = 4   # bmm on CPU is row-invariant from 4 query rows up; pad to that
-S_BLOCK = 64        # attend over a key length rounded up to this (masked keys add exact zeros)
+S_BLOCK = 64        # caches are sized in whole blocks of this many keys
 
 
 def padded(n: int) -> int:
@@ -195,9 +195,9 @@ class LlamaModel(nn.Module):
         cos, sin = self.rope(positions)
         mask = None
         if cache is not None:
-            s = min(max(cache.lengths[:B]) + T, cache.max_len)
-            s = min(padded(s), cache.max_len)
-            keys = torch.arange(s, device=tokens.device)
+            # every row attends over the whole cache: a key length set by the longest row would
+            # change the shape of the other rows' attention, and with it their rounding
+            keys = torch.arange(cache.max_len, device=tokens.device)
             mask = (keys[None, None, :] > positions[:, :, None])[:, None, None]  # (B, 1, 1, T, S)
         layers = self.model.layers if num_layers is None else self.model.layers[:num_layers]
         for i, layer in enumerate(layers):

@@ -1,57 +1,10 @@
-"""Greedy speculative output is token-identical to plain greedy output, by design.
-
-The target's forward is shape-invariant: a position's logits are bit-identical whether
-it is computed alone (decode) or among k+1 positions (verify), at any batch size.
-"""
+"""Greedy speculative output is token-identical to plain greedy output, by design: the
+target's forward is bitwise shape-invariant (test_invariance.py)."""
 import pytest
-import torch
 
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.engine import Engine
 from tests.conftest import make_model, perturbed, random_prompts
-
-
-def _row_invariant_kernels():
-    from specdec.models.linear import KERNELS
-    return [n for n, k in sorted(KERNELS.items()) if k.row_invariant]
-
-
-@pytest.mark.parametrize("kernel", _row_invariant_kernels())
-def test_forward_is_bitwise_shape_invariant(kernel):
-    """Logits of one position do not depend on how many positions/rows share the forward:
-    on the default path (the native decoder) and on the eager fallback (oneDNN)."""
-    from specdec.models.linear import KERNELS
-    tiny_target = make_model(0, prepare=False).prepare(KERNELS[kernel]())
-    if kernel == "native" and tiny_target.native is None:
-        pytest.skip("no C compiler: the native decoder is unavailable")
-    if kernel == "onednn" and tiny_target.kernel.name != "onednn":
-        pytest.skip("oneDNN unavailable")
-    torch.manual_seed(3)
-    tokens = torch.randint(2, 8192, (3, 40))
-    caches = {}
-    outs = {}
-    for chunk in (1, 2, 5, 9, 20):
-        cache = tiny_target.new_cache(3, 128)
-        pieces = []
-        with torch.inference_mode():
-            tiny_target(tokens[:, :20], torch.arange(20).expand(3, 20), cache)
-            cache.lengths[:3] = [20] * 3
-            for a in range(20, 40, chunk):
-                b = min(40, a + chunk)
-                pos = torch.arange(a, b).expand(3, b - a)
-                pieces.append(tiny_target(tokens[:, a:b], pos, cache))
-                cache.lengths[:3] = [b] * 3
-        outs[chunk] = torch.cat(pieces, 1)
-        caches[chunk] = cache
-    for chunk in (2, 5, 9, 20):
-        assert torch.equal(outs[chunk], outs[1]), chunk
-    # batch size does not matter either: row 1 alone
-    cache = tiny_target.new_cache(1, 128)
-    with torch.inference_mode():
-        tiny_target(tokens[1:2, :20], torch.arange(20)[None], cache)
-        cache.lengths[0] = 20
-        solo = tiny_target(tokens[1:2, 20:25], torch.arange(20, 25)[None], cache)
-    assert torch.equal(solo[0], outs[1][1, :5])
 
 
 def _generate(target, spec, prompts, params, draft=None, max_batch=4):

@@ -24,6 +24,7 @@ typedef __m256 vec;
 #define VMAX(a, b) _mm256_max_ps(a, b)
 #define VSTORE(p, v) _mm256_storeu_ps(p, v)
 #define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#define PREFETCH_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 static inline float hsum8(vec v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
@@ -33,6 +34,7 @@ static inline float hsum8(vec v) {
 #else  /* portable: the same 8-lane order, written out (built with -ffp-contract=off) */
 typedef struct { float l[8]; } vec;
 #define PREFETCH(p) __builtin_prefetch(p)
+#define PREFETCH_L2(p) __builtin_prefetch(p, 0, 2)
 static inline vec VZERO(void) { vec r = {{0}}; return r; }
 static inline vec VLOAD(const float *p) { vec r; for (int i = 0; i < 8; i++) r.l[i] = p[i]; return r; }
 #define VOP(name, expr) static inline vec name(vec a, vec b) { for (int i = 0; i < 8; i++) a.l[i] = (expr); return a; }
