@@ -18,8 +18,9 @@ def _k(value: str):
 
 def add_compile_arg(p) -> None:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the compiled decoder (built once per machine with the C compiler and "
-                        "cached); default: where it builds, else eager PyTorch with one warning")
+                   help="run the compiled decoder: on the CPU the native decoder (built once per "
+                        "machine with the C compiler and cached), on CUDA captured CUDA graphs; "
+                        "default: where it builds, else eager PyTorch with one warning")
 
 
 def add_method_args(p) -> None:

@@ -21,6 +21,7 @@ class KVCache:
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.lengths = [0] * rows
         self.num_rows, self.max_len = rows, max_len
+        self.is_view = False
 
     def truncate(self, row: int, length: int) -> None:
         """Keep the first `length` positions of `row` (stale entries are masked, never read)."""
@@ -53,4 +54,5 @@ class KVCache:
         view.v = [t[start:end] for t in self.v]
         view.lengths = self.lengths[start:end]
         view.num_rows, view.max_len = end - start, self.max_len
+        view.is_view = True
         return view

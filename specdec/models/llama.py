@@ -151,6 +151,7 @@ class LlamaModel(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.kernel: LinearKernel | None = None
         self.native: native.NativeForward | None = None
+        self.graphs = None        # CudaGraphs on CUDA, set by the loader (models/cuda_graphs.py)
 
     @property
     def device(self) -> torch.device:
@@ -162,7 +163,7 @@ class LlamaModel(nn.Module):
         where the model's shapes or the machine cannot run it. Packed weights are copies:
         prepare again after changing the weights."""
         self.eval()
-        self.native = None
+        self.native = self.graphs = None
         if getattr(kernel, "whole_model", False):
             lib = native.load()
             if lib is not None and native.supported(self) is None:
@@ -188,8 +189,16 @@ class LlamaModel(nn.Module):
         the cached keys at positions <= its own. `num_layers` runs only the first layers
         (layer-skip self-speculation uses it with a cache of its own).
         """
-        if cache is not None and self.native is not None and not torch.is_grad_enabled():
-            return self.native(tokens, positions, cache, num_layers, hidden_only)
+        if cache is not None and not torch.is_grad_enabled():
+            if self.native is not None:
+                return self.native(tokens, positions, cache, num_layers, hidden_only)
+            if self.graphs is not None:
+                return self.graphs(tokens, positions, cache, num_layers, hidden_only)
+        return self.eager(tokens, positions, cache, num_layers, hidden_only)
+
+    def eager(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
+              num_layers: int | None = None, hidden_only: bool = False):
+        """The forward in eager PyTorch, op by op (what the CUDA graphs capture)."""
         B, T = tokens.shape
         x = self.model.embed_tokens(tokens)                                  # (B, T, d)
         cos, sin = self.rope(positions)

@@ -41,8 +41,9 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
                prepare: bool = True, exact: bool = True, compile: bool | None = None) -> LlamaModel:
     """Build a `LlamaModel` from a checkpoint directory and load its weights. `exact`: a
     row-invariant linear kernel (a target's; models/linear.py), else the fastest (a draft's).
-    `compile`: the compiled decoder (models/native) where it builds (None, the default),
-    always (True: a ConfigError where it cannot) or never (False: eager PyTorch)."""
+    `compile`: the compiled decoder (models/native on the CPU, CUDA graphs on CUDA) where it
+    builds (None, the default), always (True: a ConfigError where it cannot) or never (False:
+    eager PyTorch)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {path}")
@@ -61,7 +62,10 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     if prepare:
         model.prepare(choose_kernel(torch.device(device).type, cfg.hidden_size,
                                     cfg.intermediate_size, exact, native=compile is not False))
-        if compile and model.native is None:
+        if torch.device(device).type == "cuda" and compile is not False:
+            from .cuda_graphs import CudaGraphs
+            model.graphs = CudaGraphs(model, exact=exact)
+        elif compile and model.native is None:
             from .native import load, supported
             why = supported(model) or ("no C compiler could build it" if load() is None else "unknown")
             raise ConfigError(f"--compile: the native decoder cannot run {path.name}: {why}")

@@ -43,7 +43,7 @@ def _score(model, tokens, lengths, rows, chunk):
     with torch.inference_mode():
         for i, r in enumerate(rows):        # prefill row by row, then mark each row's length
             one = model.new_cache(1, max(lengths) + NEW + 1)
-            model(tokens[r:r + 1, :lengths[r]], torch.arange(lengths[r])[None], one)
+            model(tokens[r:r + 1, :lengths[r]], torch.arange(lengths[r], device=tokens.device)[None], one)
             for layer in range(len(cache.k)):
                 cache.k[layer][i] = one.k[layer][0]
                 cache.v[layer][i] = one.v[layer][0]
@@ -51,7 +51,7 @@ def _score(model, tokens, lengths, rows, chunk):
         pieces = []
         for a in range(0, NEW, chunk):
             t = min(chunk, NEW - a)
-            pos = torch.tensor([[lengths[r] + a + j for j in range(t)] for r in rows])       # (B, t)
+            pos = torch.tensor([[lengths[r] + a + j for j in range(t)] for r in rows], device=tokens.device)  # (B, t)
             toks = torch.stack([tokens[r, lengths[r] + a:lengths[r] + a + t] for r in rows])  # (B, t)
             pieces.append(model(toks, pos, cache))                                           # (B, t, V)
             for i, r in enumerate(rows):
