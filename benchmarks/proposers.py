@@ -2,11 +2,15 @@
 
     python benchmarks/proposers.py --out results/proposers [--quick] [--k 4] [--repeats 3]
 
-For each workload (code, prose, grounded, random; specdec.analysis.workloads) and each
-method (none = plain, draft, ngram, suffix, layerskip, auto) it greedy-decodes the same
-prompts with the bundled models and records acceptance rate, mean acceptance length,
-tokens/s (output tokens / wall time of the whole generate call, prefill included) and
-the speed-up over plain. After one untimed warm-up per method, methods run in alternating order per repeat (forward, then
+For each workload (code, prose, grounded, random; specdec.analysis.workloads), each
+sampling mode (greedy, and with `--temperatures` each temperature under each of
+`--couplings`: standard rejection sampling, or the drafter-invariant coupling) and each
+method (none = plain, draft, ngram, suffix, layerskip, auto) it decodes the same prompts
+with the bundled models and records acceptance rate, mean acceptance length, tokens/s
+(output tokens / wall time of the whole generate call, prefill included), the speed-up
+over plain and the repetition fraction of the output (analysis/repetition.py). Greedy and
+invariant rows must equal plain token for token; standard sampled rows equal it only in
+distribution. After one untimed warm-up per method, methods run in alternating order per repeat (forward, then
 reversed) with a fresh engine each time; figures are medians over repeats, the speed-up
 is the median of per-repeat ratios to that repeat's plain run. torch threads are set
 explicitly (--threads, default 2). Writes proposers.json and proposers.md to --out.
@@ -17,27 +21,33 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
+from specdec.analysis.repetition import FLAG, NGRAM, mean_repetition
 from specdec.analysis.workloads import WORKLOADS, load_workload
+from specdec.costs.cache import _cpu_name
 from specdec.commands.common import _k
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.defaults import default_draft, default_target
 from specdec.build import Models, load_models, make_engine
 
 METHODS = ("none", "draft", "ngram", "suffix", "layerskip", "auto")
+SEED = 1234        # request i is seeded SEED + i, so every method and repeat samples alike
 
 
-def run_once(models, method: str, k, prompts, new_tokens: int, options: dict) -> dict:
+def run_once(models, method: str, k, prompts, new_tokens: int, options: dict, mode=("greedy", 0.0, "standard")) -> dict:
     spec = SpecConfig(method=method, k=0 if method == "none" else k, options=options)
     longest = max(len(p) for p in prompts) + new_tokens + 1
     cfg = EngineConfig(max_batch=1, max_model_len=min(longest, models.target.config.max_position_embeddings))
     draft = models.draft if method in ("draft", "auto") else None
     eng = make_engine(Models(models.target, models.tokenizer, draft), spec, cfg)
-    params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    _, temperature, coupling = mode
+    params = [SamplingParams(max_new_tokens=new_tokens, ignore_eos=True, temperature=temperature,
+                             seed=SEED + i, coupling=coupling) for i in range(len(prompts))]
     t = time.perf_counter()
     seqs = eng.generate(prompts, params)
     wall = time.perf_counter() - t
@@ -45,19 +55,20 @@ def run_once(models, method: str, k, prompts, new_tokens: int, options: dict) ->
     out = {"tokens": sum(s.num_output for s in seqs), "wall_s": wall,
            "tokens_per_s": sum(s.num_output for s in seqs) / wall,
            "acceptance_rate": m.acceptance_rate, "mean_acceptance_length": m.mean_acceptance_length,
-           "outputs": [s.output_ids for s in seqs]}
+           "repetition": mean_repetition([s.output_ids for s in seqs]), "outputs": [s.output_ids for s in seqs]}
     if hasattr(eng.proposer, "share"):
         out["arm_share"] = eng.proposer.share()
     return out
 
 
-def bench_workload(models, name: str, prompts, methods, k, new_tokens, repeats, options) -> dict:
+def bench_workload(models, name: str, prompts, methods, k, new_tokens, repeats, options, mode) -> dict:
     runs = {m: [] for m in methods}
     for m in methods:                        # untimed warm-up: kernels, caches, calibration
-        run_once(models, m, k, prompts[:1], min(8, new_tokens), options)
+        run_once(models, m, k, prompts[:1], min(8, new_tokens), options, mode)
     for r in range(repeats):
         for m in (methods if r % 2 == 0 else list(reversed(methods))):
-            runs[m].append(run_once(models, m, k, prompts, new_tokens, options))
+            runs[m].append(run_once(models, m, k, prompts, new_tokens, options, mode))
+    exact = mode[1] == 0 or mode[2] == "invariant"      # rows that must equal plain's tokens
     plain = runs["none"]
     res = {}
     for m in methods:
@@ -67,7 +78,8 @@ def bench_workload(models, name: str, prompts, methods, k, new_tokens, repeats, 
             "speedup": statistics.median(x["tokens_per_s"] / p["tokens_per_s"] for x, p in zip(rs, plain)),
             "acceptance_rate": statistics.median(x["acceptance_rate"] for x in rs),
             "mean_acceptance_length": statistics.median(x["mean_acceptance_length"] for x in rs),
-            "identical_to_plain": all(x["outputs"] == p["outputs"] for x, p in zip(rs, plain)),
+            "identical_to_plain": all(x["outputs"] == p["outputs"] for x, p in zip(rs, plain)) if exact else None,
+            "repetition": statistics.median(x["repetition"] for x in rs),
             "repeats": [{kk: v for kk, v in x.items() if kk != "outputs"} for x in rs],
         }
     return res
@@ -75,13 +87,19 @@ def bench_workload(models, name: str, prompts, methods, k, new_tokens, repeats, 
 
 def markdown(results: dict, meta: dict) -> str:
     lines = [f"k = {meta['k']}, {meta['n']} prompts per workload, {meta['new_tokens']} new tokens each, "
-             f"batch 1, greedy, {meta['threads']} threads, median of {meta['repeats']} repeats.", "",
-             "| workload | method | acceptance | mean acc. length | tokens/s | speed-up | = plain |",
-             "|---|---|---:|---:|---:|---:|:-:|"]
-    for w, per in results.items():
+             f"batch 1, {meta['threads']} threads, median of {meta['repeats']} repeats; {meta['cpu']}. "
+             f"repetition: share of output tokens that repeat an earlier {NGRAM}-gram (* above {FLAG:.0%}: "
+             "the row measures self-repetition).", "",
+             "| workload | sampling | method | acceptance | mean acc. length | tokens/s | speed-up | repetition | = plain |",
+             "|---|---|---|---:|---:|---:|---:|---:|:-:|"]
+    same = {True: "yes", False: "NO", None: "n/a"}
+    for key, per in results.items():
+        w, mode = key.split(" | ")
         for m, r in per.items():
-            lines.append(f"| {w} | {m} | {r['acceptance_rate']:.2f} | {r['mean_acceptance_length']:.2f} | "
-                         f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {'yes' if r['identical_to_plain'] else 'NO'} |")
+            flag = "*" if r["repetition"] > FLAG else ""
+            lines.append(f"| {w} | {mode} | {m} | {r['acceptance_rate']:.2f} | {r['mean_acceptance_length']:.2f} | "
+                         f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['repetition']:.2f}{flag} | "
+                         f"{same[r['identical_to_plain']]} |")
     best = []
     for w, per in results.items():
         singles = {m: r["speedup"] for m, r in per.items() if m != "auto"}
@@ -106,6 +124,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--layerskip-layers", type=int, help="default: measured on the target")
+    p.add_argument("--temperatures", default="", help="sampled modes beside greedy, e.g. 0.7,1")
+    p.add_argument("--couplings", default="standard,invariant", help="couplings of each sampled mode")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 prompt, 16 new tokens, 1 repeat")
     a = p.parse_args(argv)
     if a.quick:
@@ -118,14 +138,19 @@ def main(argv=None) -> int:
     options = {"ngram_min": 1, "ngram_max": 4}
     if a.layerskip_layers is not None:
         options["layerskip_layers"] = a.layerskip_layers
+    modes = [("greedy", 0.0, "standard")] + [(f"T={t} {c}", float(t), c) for t in a.temperatures.split(",") if t
+                                             for c in a.couplings.split(",")]
     results = {}
     for w in [w for w in a.workloads.split(",") if w]:
         prompts = load_workload(w, models.tokenizer, n=a.n, prompt_tokens=a.prompt_tokens)
-        results[w] = bench_workload(models, w, prompts, methods, a.k, a.new_tokens, a.repeats, options)
-        print(f"{w}: " + ", ".join(f"{m} {r['speedup']:.2f}x" for m, r in results[w].items()), flush=True)
+        for mode in modes:
+            key = f"{w} | {mode[0]}"
+            results[key] = bench_workload(models, w, prompts, methods, a.k, a.new_tokens, a.repeats, options, mode)
+            print(f"{key}: " + ", ".join(f"{m} {r['speedup']:.2f}x" for m, r in results[key].items()), flush=True)
     meta = {"k": a.k, "n": a.n, "new_tokens": a.new_tokens, "repeats": a.repeats, "threads": a.threads,
             "prompt_tokens": a.prompt_tokens, "target": str(models.target_path), "draft": str(models.draft_path),
-            "torch": torch.__version__, "machine": platform.machine(), "quick": a.quick}
+            "torch": torch.__version__, "machine": platform.machine(), "cpu": _cpu_name(), "quick": a.quick,
+            "command": "python benchmarks/proposers.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "proposers.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (a.out / "proposers.md").write_text(markdown(results, meta))
