@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import statistics
 
+from specdec.analysis.repetition import FLAG, mean_repetition
+
 
 def median(xs) -> float | None:
     xs = [x for x in xs if x is not None]
@@ -37,11 +39,14 @@ def identity(outputs, reference) -> str:
 
 
 def summarize(runs: list[dict]) -> dict:
-    """Median tokens/s (and acceptance, when reported) over a row's timed runs."""
+    """Median tokens/s (and acceptance, when reported) over a row's timed runs, and the
+    repetition fraction of its outputs (None where a peer returns text, not token ids)."""
+    outputs = [r["tokens"] for r in runs if isinstance(r.get("tokens"), list)]
     return {
         "tok_s": median(r["n_new"] / r["seconds"] for r in runs if r.get("seconds")),
         "n_runs": len(runs),
         "acceptance": median(r.get("acceptance") for r in runs),
+        "repetition": mean_repetition(outputs) if outputs else None,
     }
 
 
@@ -50,12 +55,13 @@ def _fmt(x, nd=1) -> str:
 
 
 def markdown_table(rows: list[dict], workloads: list[str], modes: list[str]) -> str:
-    """One line per peer row; for each (mode, workload): tok/s and × specdec plain.
+    """One line per peer row; for each (mode, workload): tok/s, × specdec plain and the
+    repetition fraction (* above analysis.repetition.FLAG: the cell measures a loop).
     A row is {'name', 'group', 'setting', 'skip', 'cells': {f'{mode}/{wl}': summary},
     'identity': {wl: str}}."""
     cols = [f"{m}/{w}" for m in modes for w in workloads]
     head = ["peer", "row", "setting"] + [f"{c} tok/s" for c in cols] + [f"{c} ×plain" for c in cols] \
-        + [f"greedy/{w} = specdec plain" for w in workloads]
+        + [f"greedy/{w} = specdec plain" for w in workloads] + [f"{c} repetition" for c in cols]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base = next((r for r in rows if r["name"] == "specdec plain"), None)
     for r in rows:
@@ -69,7 +75,10 @@ def markdown_table(rows: list[dict], workloads: list[str], modes: list[str]) -> 
             v, b = cells.get(c, {}).get("tok_s"), (base or {}).get("cells", {}).get(c, {}).get("tok_s")
             ratios.append(_fmt(v / b, 2) if v and b else "—")
         ident = [r.get("identity", {}).get(w, "n/a") for w in workloads]
-        lines.append("| " + " | ".join([r["group"], r["name"], r.get("setting", "")] + toks + ratios + ident) + " |")
+        reps = [cells.get(c, {}).get("repetition") for c in cols]
+        reps = [_fmt(x, 2) + ("*" if x is not None and x > FLAG else "") for x in reps]
+        lines.append("| " + " | ".join([r["group"], r["name"], r.get("setting", "")] + toks + ratios + ident + reps)
+                     + " |")
     return "\n".join(lines)
 
 

@@ -149,3 +149,13 @@ def test_log_flush_patch_is_idempotent(tmp_path):
     assert llamacpp.patch_log_flush(tmp_path) and f.read_text() == once
     f.write_text("unrelated\n")
     assert not llamacpp.patch_log_flush(tmp_path)
+
+
+def test_cells_carry_the_repetition_of_their_outputs():
+    loop = {"n_new": 40, "seconds": 1.0, "tokens": [1, 2, 3, 4] * 10}
+    fresh = {"n_new": 40, "seconds": 1.0, "tokens": list(range(40))}
+    assert report.summarize([loop, fresh])["repetition"] == 29 / 80
+    assert report.summarize([{"n_new": 4, "seconds": 1.0, "tokens": None}])["repetition"] is None
+    rows = [{"group": "g", "name": "specdec plain", "setting": "s", "identity": {"code": "yes"},
+             "cells": {"greedy/code": report.summarize([loop])}}]
+    assert report.markdown_table(rows, ["code"], ["greedy"]).splitlines()[2].endswith("| 0.72* |")
