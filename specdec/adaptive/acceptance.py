@@ -25,7 +25,7 @@ record, which itself relaxes slowly toward the optimistic prior. A policy that s
 drafting therefore tries again soon where the proposer usually does well, and rarely where
 it never does. Because an exploration round adds fresh evidence, probes
 become rarer when they keep failing; their spacing grows with the evidence per round and
-with the cost of drafting (see docs/adaptive.md). These constants are part of the
+with the cost of drafting (docs/adaptive.md, section 5). These constants are part of the
 estimator, not user settings.
 """
 from __future__ import annotations

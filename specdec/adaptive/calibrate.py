@@ -9,12 +9,12 @@ segment repeated, so that draft-free proposers (n-gram, suffix) find matches and
 their full k, as they would on real text. The step time hardly depends on how many drafts
 are accepted (a rollback is a truncate), so any prompt will do for the draft model.
 
-What the policy needs most is the ratio of a drafting step to a plain one: at batch 64 on
-this CPU, k = 1 pays or loses on a few percent of it. So every drafting k is timed beside
-k = 0, in groups of GROUP (few engines, short passes, many of them), and its time is k = 0's
-times the median over passes of t_k / t_0 within the pass: a slow spell that spans a pass
-cancels. Timing all nine k of a batch of 64 in one loop gave passes of a second, eight
-samples each, and k = 1 / k = 0 ratios from 1.57 to 1.80 against 1.74 measured alone.
+What the policy needs most is the ratio of a drafting step to a plain one: at large batches
+k = 1 pays or loses on a few percent of it. So every drafting k is timed beside k = 0, in
+groups of GROUP (few engines, short passes, many of them), and its time is k = 0's times the
+median over passes of t_k / t_0 within the pass: a slow spell that spans a pass cancels.
+Timing every k in one loop instead makes passes long and samples few, and the ratio then
+wanders by several percent (benchmarks/results/adaptive/NOTES.md).
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ When no request waits for a row (a closed batch's end, a quiet server), a row th
 is not refilled: the batch runs on at a smaller size, where a round costs nearly what a full
 one does. What counts then is when the last row finishes, not the next round's tokens per
 second. A longer draft puts the rows further out of step (one round emits 1 to k + 1
-tokens): at code/16, k = 4 ran as fast as k = 2 while all 16 rows ran, and lost 5% over the
-decode to 12 draining rounds against 6 (docs/adaptive.md, run H).
+tokens), so a k that ties at full batch can still lose over the whole decode to a longer
+tail (measured: benchmarks/results/adaptive/NOTES.md; design: docs/adaptive.md, section 6).
 
 Model. Row r needs N_r more rounds, about normal with mean R_r / mu_r and variance
 R_r var_r / mu_r^3 (R_r tokens left; mu_r, var_r: the mean and variance of its tokens per
