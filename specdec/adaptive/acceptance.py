@@ -123,7 +123,7 @@ class AcceptanceTracker:
         the same expectation, much less noise at temperature > 0 (Rao-Blackwell).
 
         The round is queued, and folded in with the rounds queued beside it when an estimate
-        is next read: the policy reads every few rounds (adaptive.py, RECHECK), and folding
+        is next read: the policy reads every few rounds (policy.py, RECHECK), and folding
         them together costs about what folding one does."""
         if k == 0 or (k is None and not any(num_draft)):
             self.idle(key, len(num_draft))

@@ -58,7 +58,7 @@ def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context:
     """Costs of `target` (a LlamaModel) and `proposer` (timed if it runs a model), measured
     (or read from the cost model's cache) for every batch size in `batch_sizes` and
     q = 1..q_max, and evaluated at `context` cached tokens per row. With `round_timer`
-    (engine/calibrate.py), real rounds are timed too, for each sampling mode in `modes`
+    (adaptive/calibrate.py), real rounds are timed too, for each sampling mode in `modes`
     (False: greedy, True: sampled). `remeasure` (default) times everything now, under the
     same machine load as the runs it predicts, rather than reusing an older cache."""
     bs = sorted(set(batch_sizes) | {1})
