@@ -24,14 +24,13 @@ from ..models.llama import LlamaModel, padded
 from ..proposers import create as create_proposer
 from ..proposers.base import Draft, Proposer
 from ..verify.coupling import CoupledNoise
-from ..verify.greedy import greedy_verify
-from ..verify.rejection import acceptance_probability, rejection_verify
 from ..verify.sampling import BatchSampling, sample
 from .lookahead import Lookahead
 from .metrics import EngineMetrics
 from .policy import KPolicy, simple_policy
 from .round import RoundResult
 from .sequence import Sequence, Status
+from .verification import plain_next, verify_round
 
 
 def cache_length(config: EngineConfig, spec: SpecConfig) -> int:
@@ -143,13 +142,14 @@ class Engine:
         # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
         #    (no drafts) only picks the next token. chosen[b][j]: the position output j fills.
         chosen = [[len(s.token_ids) + j for j in range(kk + 1)] for s in batch]
-        plain = self._plain_next(logits, batch.sampling, chosen) if kk == 0 else None
+        plain = plain_next(logits, batch.sampling, chosen) if kk == 0 else None
         if plain is not None:
             (next_token, p_bonus), beta = plain, None
             accepted = [0] * B
         else:
             n_draft_t = torch.tensor(num_draft, device=dev)
-            num_accepted, next_token, beta, p_bonus = self._verify(logits, draft, n_draft_t, batch.sampling, chosen)
+            num_accepted, next_token, beta, p_bonus = verify_round(
+                logits, draft, n_draft_t, batch.sampling, chosen, self.policy.wants_accept_prob)
             accepted = num_accepted.tolist()             # the step's host sync
         next_ids = next_token.tolist()
         # 6. Commit: advance the cache past the accepted drafts and the new token (the
@@ -181,44 +181,6 @@ class Engine:
         # 8. Free the rows of finished requests.
         self._retire()
         return list(batch)
-
-    @staticmethod
-    def _plain_next(logits, sampling: BatchSampling, chosen: list[list[int]]):
-        """(next_token (B,), p (B, V) or None) for a round without drafts, or None for a batch
-        mixing argmax and sampled rows (verification handles that). Same draws as
-        verification's."""
-        if sampling.all_argmax:
-            return sampling.scores(logits, chosen)[:, 0].argmax(-1), None
-        if not sampling.any_argmax:
-            p = sampling.probs(logits)[:, 0]                                            # (B, V)
-            return sample(p, sampling.uniforms(1)[:, 0]), p
-        return None
-
-    def _verify(self, logits, draft: Draft, n_draft, sampling: BatchSampling, chosen: list[list[int]]):
-        """-> (num_accepted (B,), next_token (B,), beta (B, k) or None, p_bonus (B, V) or None).
-        Greedy and coupled rows are verified by argmax on their scores, the others by
-        rejection sampling. beta, each draft's acceptance probability, is computed for
-        sampled batches when the policy learns from it (argmax acceptance is already
-        deterministic given the context); p_bonus is the target's distribution after the
-        last draft (sampled batches)."""
-        tokens = draft.tokens.to(logits.device)
-        if sampling.all_argmax:
-            return (*greedy_verify(sampling.scores(logits, chosen), tokens, n_draft), None, None)
-        p = sampling.probs(logits)                                                      # (B, k+1, V)
-        kk = tokens.shape[1]
-        u = sampling.uniforms(kk + 1)
-        n_acc, nxt = rejection_verify(p, draft.probs, tokens, n_draft, u[:, :kk], u[:, kk])
-        beta = (acceptance_probability(p, draft.probs, tokens)                          # (B, k)
-                if kk > 0 and self.policy.wants_accept_prob else None)
-        if sampling.any_argmax:
-            scores = sampling.scores(logits, chosen)                                    # (B, k+1, V)
-            g_acc, g_nxt = greedy_verify(scores, tokens, n_draft)
-            n_acc = torch.where(sampling.argmax_mask, g_acc, n_acc)
-            nxt = torch.where(sampling.argmax_mask, g_nxt, nxt)
-            if beta is not None:
-                match = (tokens == scores[:, :kk].argmax(-1)).to(beta.dtype)
-                beta = torch.where(sampling.argmax_mask[:, None], match, beta)
-        return n_acc, nxt, beta, p[:, kk]
 
     # ---- admission and retirement ------------------------------------------------------------
     def _admit(self) -> list[Sequence]:

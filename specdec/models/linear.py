@@ -1,15 +1,14 @@
-"""The linear kernel, chosen at load time by measurement.
+"""The linear kernel of the eager path, chosen at load time.
 
-Stock `F.linear` (MKL) on the AMD CPUs we run on makes a forward over 2-16 rows cost
-1.4-4x a forward over one row, which erases the point of verifying k tokens at once.
-oneDNN prepacked weights (`mkldnn._linear_pointwise`) do not have that cliff.
+The compiled decoder (models/native) runs the whole forward where it builds. Otherwise a
+linear is stock `F.linear` (MKL) or oneDNN prepacked weights (`mkldnn._linear_pointwise`);
+docs/performance.md gives what each costs over 1-16 rows.
 
 A target model gets a row-invariant kernel wherever one exists (`exact=True`, oneDNN on
 CPU): greedy speculation is lossless only if a position's logits do not depend on how many
 positions share the forward, and stock MKL's do not. The choice is not timed, so every
 process makes the same one. A draft only proposes, so its numerics cannot change the
-output: it gets whichever kernel is faster on a representative shape (`exact=False`;
-on an Intel Xeon here stock ran a batch-1 draft step in 1.3 ms against oneDNN's 1.9).
+output: it gets whichever kernel is faster on a representative shape (`exact=False`).
 
 Exactness: the oneDNN path gives bit-identical rows for any M >= 2 (row i of an
 M-row product does not depend on M). M = 1 takes a different kernel, so that path
