@@ -1,10 +1,26 @@
-"""Where the bundled default models live (models/ at the repository root)."""
+"""Where the bundled default models live, and the cache.
+
+The bundled checkpoints are package data (`specdec/bundled/`: target/, draft/, draft-distill/,
+tokenizer.json), found with importlib.resources, so an editable install, `pip install .` and a
+wheel all find them. $SPECDEC_MODELS, where set, names another folder of the same layout.
+"""
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
-MODELS_DIR = Path(os.environ.get("SPECDEC_MODELS", Path(__file__).resolve().parent.parent / "models"))
+BUNDLED = "bundled"            # the package-data folder of the bundled checkpoints, inside specdec/
+MODELS_ENV = "SPECDEC_MODELS"  # the environment variable that overrides it
+
+
+def bundled_dir() -> Path:
+    """The bundled checkpoints' folder inside the installed package (a real directory: pip
+    installs packages unpacked, and safetensors maps files from disk)."""
+    return Path(str(files("specdec").joinpath(BUNDLED)))
+
+
+MODELS_DIR = Path(os.environ.get(MODELS_ENV) or bundled_dir())
 
 
 def default_target() -> Path:
@@ -13,7 +29,7 @@ def default_target() -> Path:
 
 def default_draft() -> Path:
     """The better of the two bundled drafts, as measured and recorded in
-    models/default_draft.txt (see models/README.md); models/draft otherwise."""
+    default_draft.txt (see specdec/bundled/README.md); draft/ otherwise."""
     marker = MODELS_DIR / "default_draft.txt"
     if marker.exists():
         name = marker.read_text().strip()

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from specdec.defaults import bundled_dir
 from specdec.models.config import ModelConfig
 from specdec.models.linear import choose_kernel
 from specdec.models.llama import LlamaModel
@@ -13,7 +14,7 @@ from specdec.models.loader import save_checkpoint
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent
-TOKENIZER = REPO / "models" / "tokenizer.json"
+TOKENIZER = bundled_dir() / "tokenizer.json"  # the bundled tokenizer, whatever $SPECDEC_MODELS says
 
 
 def tiny_config(vocab: int = 8192, **kw) -> ModelConfig:

@@ -1,14 +1,13 @@
 """Incremental detokenization with stop strings, and the default chat template."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from specdec.defaults import bundled_dir
 from specdec.models.tokenizer import Tokenizer
 from specdec.server.text import ChatFormatter, TextStream, default_chat_prompt
 
-TOK = Tokenizer.from_file(Path(__file__).resolve().parents[2] / "models" / "tokenizer.json")
+TOK = Tokenizer.from_file(bundled_dir() / "tokenizer.json")
 TEXT = "def área(x):\n    return x * 2  # ünïcode ✓\n\nprint(área(3))\n"
 
 
