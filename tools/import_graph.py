@@ -34,7 +34,7 @@ TIERS = {
     "train": 8,
     "server": 9,
     "analysis": 10,
-    "commands": 11,
+    "commands": 11, "api": 11,   # the command line and the Python API: siblings, above analysis
     "cli": 12, "__init__": 12, "__main__": 13,
 }
 

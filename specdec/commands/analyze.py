@@ -12,14 +12,10 @@ import argparse
 from pathlib import Path
 
 from ..analysis.remote import add_remote_args
+from ..analysis.settings import QUICK, grid_settings
 from ..analysis.workloads import WORKLOADS, load_workload
 from ..errors import ConfigError
 from .common import add_compile_arg, add_method_args, spec_from_args
-
-QUICK = dict(k=[1, 3, 6], batch_sizes=[1, 4, 16], temperatures=[0.0, 0.7, 1.0, 1.5], repeats=3,
-             max_new_tokens=64, prompt_tokens=64)
-FULL = dict(k=[1, 2, 3, 4, 6, 8], batch_sizes=[1, 2, 4, 8, 16, 32], temperatures=[0.0, 0.7, 1.0, 1.5],
-            repeats=4, max_new_tokens=64, prompt_tokens=128)
 
 
 def _list(kind):
@@ -65,19 +61,7 @@ def add_parser(sub) -> None:
 
 
 def _settings(args) -> dict:
-    base = QUICK if args.quick else FULL
-    s = {key: getattr(args, key) if getattr(args, key) is not None else val for key, val in base.items()}
-    s["k"] = sorted(set(s["k"]))
-    s["batch_sizes"] = sorted(set(s["batch_sizes"]))
-    if any(k < 1 or k > 16 for k in s["k"]):
-        raise ConfigError("--k values must be in 1..16")
-    if any(b < 1 for b in s["batch_sizes"]):
-        raise ConfigError("--batch-sizes must be >= 1")
-    if any(t < 0 for t in s["temperatures"]):
-        raise ConfigError("--temperatures must be >= 0")
-    if s["repeats"] < 1 or s["max_new_tokens"] < 4 or s["prompt_tokens"] < 4:
-        raise ConfigError("--repeats must be >= 1, --max-new-tokens and --prompt-tokens >= 4")
-    return s
+    return grid_settings(args.quick, **{key: getattr(args, key) for key in QUICK})
 
 
 def _prompts(args, tokenizer, names, n, prompt_tokens) -> dict[str, list[list[int]]]:
