@@ -17,11 +17,13 @@ the K/V they write are overwritten before a real query could read them. Near the
 end they are clamped onto its last slot, which the engine's caches keep free
 (engine.cache_length leaves a round's slack), so checking them needs no host sync.
 
-Exactness. A target (`exact=True`) has one bucket, T = K_MAX + 1: decode and verify run
-one shape, so a position's logits cannot depend on how many positions shared its forward
-(cuBLAS may pick another kernel for another shape; for one shape it computes each row the
-same way). A batch's rows share that shape too; another number of rows is another shape,
-whose invariance is measured (tests/cuda), not built in.
+Exactness. A target (`exact=True`) runs one shape for every decode and verify: T = K_MAX
++ 1 positions for every row of its cache, the free rows included (they write junk into
+their own slots, which a request's prefill rewrites before anything reads them). So a
+position's logits cannot depend on how many positions or rows shared its forward: cuBLAS
+may pick another kernel for another shape, but for one shape it computes each row the same
+way. Across caches of different row counts (engines with different max_batch) shapes
+differ, and rows are not bitwise invariant there (measured: tests/cuda).
 """
 from __future__ import annotations
 
@@ -38,14 +40,13 @@ DRAFT_BUCKETS = (1, 2, 4, 8, 16, 32)  # a draft: T = 1 decode, catch-up and shor
 class _Captured:
     """One graph with its static inputs and output."""
 
-    def __init__(self, model, rows: int, T: int, cache, num_layers, hidden_only, pool):
+    def __init__(self, model, rows: int, T: int, cache, num_layers, hidden_only):
         dev = model.device
         self.tokens = torch.zeros(rows, T, dtype=torch.long, device=dev)          # (B, T)
         self.positions = torch.zeros(rows, T, dtype=torch.long, device=dev)       # (B, T)
         self.graph = torch.cuda.CUDAGraph()
         ref = weakref.ref(cache)          # the graph must not keep a finished engine's cache alive
         self._run = lambda: model.eager(self.tokens, self.positions, ref(), num_layers, hidden_only)
-        self.pool = pool
         self.out: torch.Tensor | None = None
 
     def capture(self) -> None:
@@ -57,7 +58,7 @@ class _Captured:
         with torch.cuda.stream(side):
             self._run()
         torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(self.graph, pool=self.pool):
+        with torch.cuda.graph(self.graph):
             self.out = self._run()
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -73,10 +74,9 @@ class CudaGraphs:
     """Captured forwards of `model` on CUDA; see the module docstring for shapes and exactness."""
 
     def __init__(self, model, exact: bool):
-        self.model = model
+        self.model, self.exact = model, exact
         self.buckets = EXACT_BUCKETS if exact else DRAFT_BUCKETS
         self.graphs: dict[tuple, _Captured] = {}
-        self.pool = torch.cuda.graph_pool_handle()   # one memory pool shared by every graph
 
     def _forget(self, cache_id: int) -> None:
         """A cache was freed: its graphs wrote into it, so they go too (a new cache may reuse
@@ -93,14 +93,18 @@ class CudaGraphs:
         if T > self.buckets[-1] or cache.is_view:       # a prefill, into a one-row view: eager
             return self.model.eager(tokens, positions, cache, num_layers, hidden_only)
         Tp = self.bucket(T)
+        Bp = cache.num_rows if self.exact else B       # a target runs every row of its cache
         last = positions[:, -1:]                                              # (B, 1)
         pad = (last + torch.arange(1, Tp - T + 1, device=positions.device)).clamp_(max=cache.max_len - 1)
-        key = (B, Tp, id(cache), num_layers, hidden_only)
+        toks = torch.cat([tokens, tokens.new_zeros(B, Tp - T)], 1) if Tp > T else tokens      # (B, Tp)
+        pos = torch.cat([positions, pad], 1) if Tp > T else positions                          # (B, Tp)
+        if Bp > B:              # the free rows [B, Bp) score junk at positions 0..Tp-1 of their own
+            toks = torch.cat([toks, toks.new_zeros(Bp - B, Tp)])                               # (Bp, Tp)
+            pos = torch.cat([pos, torch.arange(Tp, device=pos.device).expand(Bp - B, Tp)])
+        key = (Bp, Tp, id(cache), num_layers, hidden_only)
         g = self.graphs.get(key)
         if g is None:
             if not any(k[2] == id(cache) for k in self.graphs):
                 weakref.finalize(cache, self._forget, id(cache))
-            g = self.graphs[key] = _Captured(self.model, B, Tp, cache, num_layers, hidden_only, self.pool)
-        toks = torch.cat([tokens, tokens.new_zeros(B, Tp - T)], 1) if Tp > T else tokens
-        pos = torch.cat([positions, pad], 1) if Tp > T else positions
-        return g(toks, pos)[:, :T].clone()          # a copy: the next replay reuses the buffer
+            g = self.graphs[key] = _Captured(self.model, Bp, Tp, cache, num_layers, hidden_only)
+        return g(toks, pos)[:B, :T].clone()         # a copy: the next replay reuses the buffer

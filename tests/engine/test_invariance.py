@@ -36,10 +36,11 @@ def _model(name: str, kernel: str):
     return model
 
 
-def _score(model, tokens, lengths, rows, chunk):
+def _score(model, tokens, lengths, rows, chunk, cache_rows=None):
     """Logits (len(rows), NEW, V) of each row's NEW positions, scored `chunk` at a time with
-    `rows` sharing every forward; each row's prompt is prefilled alone first."""
-    cache = model.new_cache(len(rows), max(lengths) + NEW + 1)
+    `rows` sharing every forward (in a cache of `cache_rows`, default len(rows)); each row's
+    prompt is prefilled alone first."""
+    cache = model.new_cache(cache_rows or len(rows), max(lengths) + NEW + 1)
     with torch.inference_mode():
         for i, r in enumerate(rows):        # prefill row by row, then mark each row's length
             one = model.new_cache(1, max(lengths) + NEW + 1)
