@@ -1,10 +1,11 @@
 """Verification cost curve: t(q)/t(1) for q = 1..16 at batch 1, the chosen path (the compiled
 decoder where it builds) against eager oneDNN and eager stock F.linear.
 
-A random 40M-parameter Llama (d=512, 12 layers, 8 heads, vocab 8192) with 256 cached
-tokens. Both kernels are timed in the same run, interleaved, medians over repeats.
+The bundled target (`--model target`, the default) or a random 49M-parameter Llama (d=512,
+12 layers, 8 heads, vocab 8192, untied: `--model random49m`), with 256 cached tokens. The
+paths are timed in the same run, interleaved, medians over repeats.
 
-    python benchmarks/decode_cost.py [--threads 2] [--repeats 30] [--out results/decode_cost]
+    python benchmarks/decode_cost.py [--model target] [--threads 2] [--repeats 30] [--out results/decode_cost]
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def time_q(model: LlamaModel, q: int, batch: int, ctx: int, repeats: int) -> flo
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=["target", "random49m"], default="target")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--batch", type=int, default=1)
@@ -53,10 +55,19 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = forty_m()
+    if args.model == "target":
+        from specdec.defaults import default_target
+        from specdec.models.loader import load_model
+        base = load_model(default_target(), prepare=False)
+        cfg, state = base.config, base.state_dict()
+    else:
+        cfg = forty_m()
+        state = LlamaModel(cfg).state_dict()
     chosen = choose_kernel("cpu", cfg.hidden_size, cfg.intermediate_size)
-    models = {f"chosen ({chosen.name})": LlamaModel(cfg).prepare(chosen)}
-    state = models[f"chosen ({chosen.name})"].state_dict()
+    models = {}
+    m = LlamaModel(cfg)
+    m.load_state_dict(state)
+    models[f"chosen ({chosen.name})"] = m.prepare(chosen)
     for name, kernel in (("eager oneDNN", OneDNNKernel()), ("stock F.linear", LinearKernel())):
         if name == "eager oneDNN" and chosen.name == "onednn":
             continue
@@ -73,13 +84,14 @@ def main(argv=None) -> dict:
         rows.append({"q": q, **{f"{n} t(q)/t(1)": times[n][q] / times[n][1] for n in models},
                      **{f"{n} ms": times[n][q] * 1e3 for n in models}})
     from specdec.costs.cache import _cpu_name
-    result = {"cpu": _cpu_name(), "params_m": round(cfg.num_params / 1e6, 1), "threads": args.threads, "batch": args.batch,
+    result = {"cpu": _cpu_name(), "model": args.model, "params_m": round(cfg.num_params / 1e6, 1), "threads": args.threads, "batch": args.batch,
               "ctx": args.ctx, "chosen_kernel": chosen.name, "rows": rows,
               "command": "python benchmarks/decode_cost.py " + " ".join(argv or [])}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(result, indent=2))
     names = list(models)
-    md = [f"{cfg.num_params / 1e6:.1f}M-parameter random Llama, batch {args.batch}, {args.ctx} cached tokens, "
+    what = "the bundled target" if args.model == "target" else "random Llama"
+    md = [f"{cfg.num_params / 1e6:.1f}M-parameter {what}, batch {args.batch}, {args.ctx} cached tokens, "
           f"{args.threads} threads, median of {args.repeats}; {result['cpu']}", "",
           "| q | " + " | ".join(f"{n} t(q)/t(1)" for n in names) + " | " + " | ".join(f"{n} ms" for n in names) + " |",
           "|---|" + "---|" * (2 * len(names))]

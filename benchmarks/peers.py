@@ -187,8 +187,8 @@ def identities(runners, runs, prompts, tok) -> dict:
 
 
 def machine_info() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    from specdec.costs.cache import _cpu_name
+    cpu = _cpu_name()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     import transformers
     return {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -11,6 +11,7 @@ K_MAX = 16
 # the range torch.Generator.manual_seed accepts (a signed or unsigned 64-bit integer)
 SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1
 COUPLINGS = ("standard", "invariant")
+MAX_LOGPROBS = 20   # alternatives listed per token: OpenAI's top_logprobs limit
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -26,6 +27,8 @@ class SamplingParams:
     # or "invariant" (verify/coupling.py: the same text for a seed whatever the proposer, k
     # or batch; greedy requests are invariant either way)
     coupling: str = "standard"
+    # None: no log-probabilities; n: each emitted token's, with the n most likely alternatives
+    logprobs: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.temperature, (int, float)) or self.temperature != self.temperature \
@@ -39,6 +42,9 @@ class SamplingParams:
             raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens}")
         if self.seed is not None and (not isinstance(self.seed, int) or not SEED_MIN <= self.seed <= SEED_MAX):
             raise ConfigError(f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}], got {self.seed!r}")
+        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
+                                          or not 0 <= self.logprobs <= MAX_LOGPROBS):
+            raise ConfigError(f"logprobs must be None or an integer in 0..{MAX_LOGPROBS}, got {self.logprobs!r}")
         if self.coupling not in COUPLINGS:
             raise ConfigError(f"coupling must be one of {', '.join(COUPLINGS)}, got {self.coupling!r}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))

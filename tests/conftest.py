@@ -1,16 +1,31 @@
-"""Shared fixtures: tiny seeded models (random weights) and checkpoint directories."""
+"""Shared fixtures: tiny seeded models (random weights) and checkpoint directories.
+
+The whole run writes only below one temporary folder: specdec's cache (measured cost
+tables, the compiled decoder, token streams) and the caches of the libraries it loads are
+pointed there before anything imports them, so results never depend on an earlier run or
+on the user's ~/.cache, and the user's home is left untouched."""
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-import pytest
-import torch
+_SCRATCH = tempfile.mkdtemp(prefix="specdec-tests-")
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
+for _var, _sub in (("SPECDEC_CACHE", "specdec"), ("HF_HOME", "huggingface"), ("MPLCONFIGDIR", "matplotlib"),
+                   ("XDG_CACHE_HOME", "xdg-cache"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+    os.environ[_var] = os.path.join(_SCRATCH, _sub)
 
-from specdec.defaults import bundled_dir
-from specdec.models.config import ModelConfig
-from specdec.models.linear import choose_kernel
-from specdec.models.llama import LlamaModel
-from specdec.models.loader import save_checkpoint
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from specdec.defaults import bundled_dir  # noqa: E402
+from specdec.models.config import ModelConfig  # noqa: E402
+from specdec.models.linear import choose_kernel  # noqa: E402
+from specdec.models.llama import LlamaModel  # noqa: E402
+from specdec.models.loader import save_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent

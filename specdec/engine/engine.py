@@ -25,6 +25,7 @@ from ..proposers import create as create_proposer
 from ..proposers.base import Draft, Proposer
 from ..verify.coupling import CoupledNoise
 from ..verify.sampling import BatchSampling, sample
+from .logprobs import emitted_logprobs
 from .lookahead import Lookahead
 from .metrics import EngineMetrics
 from .policy import KPolicy, simple_policy
@@ -110,7 +111,7 @@ class Engine:
         """Run one round for the whole batch; return the sequences that received tokens."""
         t0 = time.perf_counter()
         for seq in self.running:
-            seq.new_tokens = []
+            seq.new_tokens, seq.new_logprobs = [], []
         # 1. Admit waiting requests into free rows; prefill gives each its first token.
         #    A step that admits does only that, so first tokens reach callers without delay.
         admitted = self._admit()
@@ -155,10 +156,13 @@ class Engine:
         # 6. Commit: advance the cache past the accepted drafts and the new token (the
         #    rejected drafts' entries stay beyond the row's length, masked: the rollback),
         #    append the tokens, check stop conditions.
+        emitted = [draft_rows[b][:accepted[b]] + [next_ids[b]] for b in range(B)]
+        tops = [s.params.logprobs for s in batch]
+        lps = emitted_logprobs(logits, emitted, tops) if any(t is not None for t in tops) else [None] * B
         for b, seq in enumerate(batch):
             n = accepted[b]
             self.cache.advance(b, 1 + n)
-            seq.append(draft_rows[b][:n] + [next_ids[b]])
+            seq.append(emitted[b], lps[b])
             seq.stats.record(num_draft[b], n)
             self.metrics.record_row(num_draft[b], n)
             self.metrics.generated_tokens += len(seq.new_tokens)
@@ -217,7 +221,8 @@ class Engine:
             first = sample(s.probs(logits)[:, 0], s.uniforms(1)[:, 0])[0]
         seq.stats.target_forwards += 1
         self.metrics.target_forwards += 1
-        seq.append([int(first)])
+        lps = emitted_logprobs(logits, [[int(first)]], [seq.params.logprobs])[0]
+        seq.append([int(first)], lps)
         self.metrics.generated_tokens += len(seq.new_tokens)
 
     def _finish(self, seq: Sequence, reason: str | None) -> None:

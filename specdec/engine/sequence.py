@@ -76,6 +76,8 @@ class Sequence:
         self.row = -1
         self.stats = SeqStats()
         self.new_tokens: list[int] = []      # tokens produced by the latest step (for streaming)
+        self.logprobs: list = []             # engine.logprobs.TokenLogprob per output token, if asked
+        self.new_logprobs: list = []         # the latest step's share of them
 
     @property
     def output_ids(self) -> list[int]:
@@ -89,8 +91,9 @@ class Sequence:
     def finished(self) -> bool:
         return self.status is Status.FINISHED
 
-    def append(self, tokens: list[int]) -> None:
-        """Add accepted tokens, stopping at a stop token or at max_new_tokens."""
+    def append(self, tokens: list[int], logprobs: list | None = None) -> None:
+        """Add accepted tokens, stopping at a stop token or at max_new_tokens; `logprobs`,
+        if given, holds one record per token of `tokens`."""
         out = []
         for t in tokens:
             if self.num_output + len(out) >= self.params.max_new_tokens:
@@ -101,6 +104,9 @@ class Sequence:
             out.append(t)
         self.token_ids.extend(out)
         self.new_tokens.extend(out)
+        if logprobs is not None:
+            self.logprobs.extend(logprobs[:len(out)])
+            self.new_logprobs.extend(logprobs[:len(out)])
         if self.stats.t_first_token is None:
             self.stats.t_first_token = time.perf_counter()
         if self.finish_reason is None and self.num_output >= self.params.max_new_tokens:

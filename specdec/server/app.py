@@ -172,12 +172,13 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     def sampling(req, max_tokens: int | None, prompt_len: int) -> SamplingParams:
         try:
             return SamplingParams(temperature=float(1.0 if req.temperature is None else req.temperature),
+                                  logprobs=req.logprobs_asked(),
                                   top_p=float(1.0 if req.top_p is None else req.top_p),
                                   top_k=req.top_k or 0, seed=req.seed, ignore_eos=req.ignore_eos,
                                   coupling=req.sampling_coupling,
                                   max_new_tokens=max_tokens if max_tokens is not None
                                   else max(1, mml - prompt_len))
-        except ConfigError as e:
+        except (ConfigError, ValueError) as e:
             raise HTTPError(400, str(e))
 
     def spec_key(req) -> tuple:
@@ -218,7 +219,8 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         if req.stream:
             echo = models.tokenizer.decode(ids) if getattr(req, "echo", False) else ""
             gen = sse(request, worker, h, stream, cid, created, cfg.model_name, chat_mode,
-                      bool(req.stream_options and req.stream_options.include_usage), echo)
+                      bool(req.stream_options and req.stream_options.include_usage), echo,
+                      params.logprobs is not None)
             return StreamingResponse(gen, media_type="text/event-stream")
         text, reason = "", None
         # a non-streaming response writes nothing until the end, so nothing would notice a
@@ -233,12 +235,15 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         finally:
             watcher.cancel()
         usage = usage_of(h, stream)
+        echo = models.tokenizer.decode(ids) if getattr(req, "echo", False) else ""
         if chat_mode:
             out = P.chat_response(cid, cfg.model_name, created, text, reason, usage)
         else:
-            if getattr(req, "echo", False):
-                text = models.tokenizer.decode(ids) + text
-            out = {**P.completion_chunk(cid, cfg.model_name, created, text, reason), "usage": usage.model_dump()}
+            out = {**P.completion_chunk(cid, cfg.model_name, created, echo + text, reason), "usage": usage.model_dump()}
+        if params.logprobs is not None:     # the target's, read off the verify forwards
+            n = len(stream.ids)
+            out["choices"][0]["logprobs"] = P.logprobs_body(models.tokenizer, stream.ids, h.seq.logprobs[:n],
+                                                            chat_mode, offset=len(echo))
         if req.return_token_ids:
             out["choices"][0]["token_ids"] = list(stream.ids)
         return out

@@ -86,10 +86,23 @@ def usage(h: Handle, stream: TextStream) -> P.Usage:
 
 
 async def sse(request, worker, h, stream, cid, created, model, chat_mode: bool, include_usage: bool,
-              echo: str = ""):
-    """The request's events as server-sent events; `echo` (completions) is sent first."""
+              echo: str = "", logprobs: bool = False):
+    """The request's events as server-sent events; `echo` (completions) is sent first. With
+    `logprobs`, each text chunk carries the records of the tokens pushed since the last."""
     def data(obj) -> str:
         return f"data: {json.dumps(obj)}\n\n"
+
+    sent, offset = 0, len(echo)
+
+    def with_logprobs(chunk: dict) -> dict:
+        nonlocal sent, offset
+        if logprobs and len(stream.ids) > sent:
+            ids = stream.ids[sent:]
+            body = P.logprobs_body(stream.tok, ids, h.seq.logprobs[sent:len(stream.ids)], chat_mode, offset)
+            chunk["choices"][0]["logprobs"] = body
+            offset += sum(len(stream.tok.decode([i])) for i in ids)
+            sent = len(stream.ids)
+        return chunk
 
     if chat_mode:
         yield data(P.chat_chunk(cid, model, created, {"role": "assistant", "content": ""}, None))
@@ -98,8 +111,8 @@ async def sse(request, worker, h, stream, cid, created, model, chat_mode: bool, 
     try:
         async for kind, val in events(request, worker, h, stream):
             if kind == "text":
-                yield data(P.chat_chunk(cid, model, created, {"content": val}, None) if chat_mode
-                           else P.completion_chunk(cid, model, created, val, None))
+                yield data(with_logprobs(P.chat_chunk(cid, model, created, {"content": val}, None) if chat_mode
+                                         else P.completion_chunk(cid, model, created, val, None)))
             else:
                 yield data(P.chat_chunk(cid, model, created, {}, val) if chat_mode
                            else P.completion_chunk(cid, model, created, "", val))

@@ -16,7 +16,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from ..config import SEED_MAX, SEED_MIN
+from ..config import MAX_LOGPROBS, SEED_MAX, SEED_MIN
 
 Number = Union[StrictInt, StrictFloat]
 
@@ -40,8 +40,6 @@ class StreamOptions(_Req):
 # Parameters that would change the output and that specdec does not implement: a request
 # that sets one to anything but its no-op value gets a 400 naming it, never a silent 200.
 UNSUPPORTED = {
-    "logprobs": lambda v: v is None or v is False,
-    "top_logprobs": lambda v: v is None or v == 0,
     "best_of": lambda v: v is None or v == 1,
     "logit_bias": lambda v: v is None or v == {},
     "frequency_penalty": lambda v: v is None or v == 0,
@@ -78,8 +76,6 @@ class _Sampling(_Req):
     # extension: "invariant" makes a seed's text independent of speculation (verify/coupling.py)
     sampling_coupling: Literal["standard", "invariant"] = "standard"
     # declared so that they are refused, not ignored (UNSUPPORTED)
-    logprobs: Any = None
-    top_logprobs: Any = None
     best_of: Any = None
     logit_bias: Any = None
     frequency_penalty: Any = None
@@ -101,6 +97,11 @@ class CompletionRequest(_Sampling):
     prompt: StrictStr | list[StrictInt] | list[StrictStr] | list[list[StrictInt]]
     echo: StrictBool = False
     suffix: Any = None
+    # each emitted token's log-probability and this many alternatives (engine/logprobs.py)
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+
+    def logprobs_asked(self) -> int | None:
+        return self.logprobs
 
 
 class ChatMessage(_Req):
@@ -119,6 +120,13 @@ class ChatMessage(_Req):
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+
+    def logprobs_asked(self) -> int | None:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 def unencodable(obj, loc: str = "") -> str | None:
@@ -196,3 +204,19 @@ def chat_response(cid: str, model: str, created: int, text: str, finish: str | N
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "logprobs": None, "finish_reason": finish}],
             "usage": usage.model_dump()}
+
+
+def logprobs_body(tokenizer, ids: list[int], records: list, chat_mode: bool, offset: int = 0) -> dict:
+    """OpenAI's logprobs object for emitted `ids` and their engine records (logprob, top):
+    chat's {"content": [...]} or completions' parallel lists, text offsets from `offset`."""
+    piece = lambda i: tokenizer.decode([i])  # noqa: E731
+    if chat_mode:
+        entry = lambda i, lp: {"token": piece(i), "logprob": lp, "bytes": list(piece(i).encode())}  # noqa: E731
+        return {"content": [{**entry(i, lp), "top_logprobs": [entry(a, v) for a, v in top]}
+                            for i, (lp, top) in zip(ids, records)]}
+    offsets, at = [], offset
+    for i in ids:
+        offsets.append(at)
+        at += len(piece(i))
+    return {"tokens": [piece(i) for i in ids], "token_logprobs": [lp for lp, _ in records],
+            "top_logprobs": [{piece(a): v for a, v in top} for _, top in records], "text_offset": offsets}

@@ -167,7 +167,7 @@ def test_a_non_streaming_client_that_leaves_frees_its_slot(server):
 
 
 @pytest.mark.parametrize("name, value, noop", [
-    ("logprobs", 2, None), ("logprobs", True, False), ("top_logprobs", 3, 0), ("best_of", 3, 1),
+    ("best_of", 3, 1),
     ("logit_bias", {"5": 10}, {}), ("frequency_penalty", 0.5, 0), ("presence_penalty", 1.0, 0),
     ("repetition_penalty", 1.2, 1), ("min_tokens", 4, 0), ("suffix", "end", ""),
     ("tools", [{"type": "function", "function": {"name": "f"}}], []), ("tool_choice", "auto", "none"),
@@ -175,7 +175,7 @@ def test_a_non_streaming_client_that_leaves_frees_its_slot(server):
 ])
 def test_parameters_that_change_the_output_are_refused_not_ignored(server, name, value, noop):
     path, body = ("/v1/completions", {"prompt": "x", "max_tokens": 2})
-    if name in ("tools", "tool_choice", "response_format", "top_logprobs"):
+    if name in ("tools", "tool_choice", "response_format"):
         path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
     err = assert_error(post(server[0], {**body, name: value}, path), 400, contains=name)
     assert err["param"] == name
@@ -188,7 +188,7 @@ def test_every_request_field_is_handled_or_refused():
     from specdec.server import protocol as P
     handled = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
                "stream_options", "n", "ignore_eos", "return_token_ids", "speculative", "prompt", "echo",
-               "messages", "max_completion_tokens", "sampling_coupling"}
+               "messages", "max_completion_tokens", "sampling_coupling", "logprobs", "top_logprobs"}
     for model in (P.CompletionRequest, P.ChatCompletionRequest):
         assert set(model.model_fields) <= handled | set(P.UNSUPPORTED), set(model.model_fields) - handled
 
