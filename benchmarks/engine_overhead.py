@@ -2,7 +2,8 @@
 
 A round is one `Engine.step()` (propose, verify forward, verify, commit, policy). The
 forwards (the target's and the draft's, through the compiled decoder or eager PyTorch)
-are timed by wrapping `LlamaModel.forward`; everything else in the step is the engine's
+are timed by wrapping `LlamaModel.forward` and the compiled greedy draft loop
+(`NativeForward.draft_argmax`, whose argmaxes are counted as forward time); everything else in the step is the engine's
 own work: Python bookkeeping, building inputs, verification, sampling and the host sync.
 
     python benchmarks/engine_overhead.py [--new-tokens 200] [--repeats 5] [--out results/engine_overhead]
@@ -44,6 +45,7 @@ def main(argv=None) -> dict:
     from specdec.defaults import default_draft, default_target
     from specdec.build import load_models, make_engine
     from specdec.models.llama import LlamaModel
+    from specdec.models.native.forward import NativeForward
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=200)
@@ -54,14 +56,16 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     models = load_models(default_target(), default_draft())
     forward_time = {"s": 0.0}
-    real = LlamaModel.forward
+    real, real_loop = LlamaModel.forward, NativeForward.draft_argmax
 
-    def timed(self, *a, **kw):
-        t0 = time.perf_counter()
-        out = real(self, *a, **kw)
-        forward_time["s"] += time.perf_counter() - t0
-        return out
-    LlamaModel.forward = timed
+    def timer(fn):
+        def timed(self, *a, **kw):
+            t0 = time.perf_counter()
+            out = fn(self, *a, **kw)
+            forward_time["s"] += time.perf_counter() - t0
+            return out
+        return timed
+    LlamaModel.forward, NativeForward.draft_argmax = timer(real), timer(real_loop)
     prompt = [models.tokenizer.bos_id] + models.tokenizer.encode(Path(__file__).read_text()[:600], bos=False)[:128]
     rows = []
     for k in [int(x) for x in args.ks.split(",")]:
@@ -73,9 +77,9 @@ def main(argv=None) -> dict:
             rows.append({"k": k, "temperature": temp, **r})
             print(f"k={k} T={temp:g}: outside forwards {100 * r['outside_share']:.1f}% of a "
                   f"{r['round_ms']:.2f} ms round", flush=True)
-    LlamaModel.forward = real
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "")
+    LlamaModel.forward, NativeForward.draft_argmax = real, real_loop
+    from specdec.costs.cache import _cpu_name
+    cpu = _cpu_name()
     result = {"cpu": cpu, "threads": args.threads, "kernel": models.target.kernel.name, "rows": rows,
               "command": "python benchmarks/engine_overhead.py " + " ".join(argv or [])}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -57,6 +57,15 @@ class DraftModelProposer(Proposer):
         for b, f in enumerate(feeds):
             self.cache.advance(b, len(f))
         s = context.sampling
+        native = getattr(self.model, "native", None)
+        if s.all_argmax and not s.any_coupled and native is not None and k > 1:
+            # greedy rows on the compiled decoder: drafts 1..k-1 in one C call, no Python
+            # between the draft's steps (the same tokens as the loop below)
+            first_tok = logits[:, 0].argmax(-1)                                          # (B,)
+            rest = native.draft_argmax(first_tok, pos, k - 1, self.cache, self.num_layers)  # (B, k-1)
+            for b in range(B):
+                self.cache.advance(b, k - 1)
+            return Draft(tokens=torch.cat([first_tok[:, None], rest], 1), probs=None, lookahead_logits=after_first)
         u = None if s.all_argmax else s.uniforms(k)                                    # (B, k)
         first = [len(seq.token_ids) for seq in context]             # the position draft 0 fills
         out, qs = [], []

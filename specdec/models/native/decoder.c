@@ -217,3 +217,26 @@ void sd_linear(const float *x, int M, int K, const float *W, int N, float *y, in
     #pragma omp parallel num_threads(threads)
     linear(x, M, K, W, NULL, N, y, 0);
 }
+
+/* Greedy drafting without returning to Python: `steps` single-token forwards, each feeding
+ * the previous step's argmax. tokens (B,) holds the first token to feed (overwritten with
+ * the last argmax); rows b feed at positions pos0[b], pos0[b] + 1, ...; out (B, steps)
+ * receives the argmaxes (the first maximum, NaN counting as maximal, as torch.argmax).
+ * logits: (B, V) scratch. Returns sd_forward's code. */
+int sd_draft_argmax(const Model *md, const Cache *c, int B, int64_t *tokens, const int64_t *pos0,
+                    int steps, int layers, int64_t *out, float *logits, float *scratch, int threads) {
+    int64_t pos[B];
+    for (int s = 0; s < steps; s++) {
+        for (int b = 0; b < B; b++) pos[b] = pos0[b] + s;
+        int rc = sd_forward(md, c, B, 1, tokens, pos, 0, layers, 1, logits, scratch, threads);
+        if (rc) return rc;
+        for (int b = 0; b < B; b++) {
+            const float *r = logits + (size_t)b * md->vocab;
+            int best = 0;
+            for (int v = 1; v < md->vocab; v++)
+                if (!(r[best] != r[best]) && (r[v] > r[best] || r[v] != r[v])) best = v;
+            out[(size_t)b * steps + s] = tokens[b] = best;
+        }
+    }
+    return 0;
+}

@@ -126,20 +126,51 @@ class NativeForward:
         threads = torch.get_num_threads()
         cs = self._cache_struct(cache)
         with self._lock:
-            if cache.max_len > self.struct.rope_len:
-                self._rope(cache.max_len)
-            shape = (B * T, cache.max_len, threads)
-            need = self._scratch_need.get(shape)
-            if need is None:
-                need = self._scratch_need[shape] = self.lib.sd_scratch_floats(ctypes.byref(self.struct), *shape)
-            if self._scratch.numel() < need:
-                self._scratch = torch.empty(need)
+            scratch = self._prepare(B * T, cache, threads)
             rc = self.lib.sd_forward(
                 ctypes.byref(self.struct), ctypes.byref(cs), B, T, _P(tokens.data_ptr()),
                 _P(positions.data_ptr()), 0, num_layers or c.num_hidden_layers, int(not hidden_only),
-                _P(out.data_ptr()), _P(self._scratch.data_ptr()), threads)
+                _P(out.data_ptr()), scratch, threads)
+        self._check(rc, cache)
+        return out
+
+    def draft_argmax(self, first: torch.Tensor, pos0: torch.Tensor, steps: int, cache: KVCache,
+                     num_layers: int | None = None) -> torch.Tensor:
+        """Greedy drafting in one C call: feed first (B,) at pos0 (B,), then each step's argmax
+        at the next position, `steps` times -> the argmaxes (B, steps). The same tokens as
+        `steps` calls of this forward each followed by torch.argmax."""
+        B = first.shape[0]
+        c = self.model.config
+        tokens = first.to(torch.long).contiguous().clone()
+        pos0 = pos0.to(torch.long).contiguous()
+        out = torch.empty(B, steps, dtype=torch.long)
+        logits = torch.empty(B, c.vocab_size)
+        threads = torch.get_num_threads()
+        cs = self._cache_struct(cache)
+        with self._lock:
+            scratch = self._prepare(B, cache, threads)
+            rc = self.lib.sd_draft_argmax(
+                ctypes.byref(self.struct), ctypes.byref(cs), B, _P(tokens.data_ptr()), _P(pos0.data_ptr()),
+                steps, num_layers or c.num_hidden_layers, _P(out.data_ptr()), _P(logits.data_ptr()),
+                scratch, threads)
+        self._check(rc, cache)
+        return out
+
+    def _prepare(self, rows: int, cache: KVCache, threads: int) -> ctypes.c_void_p:
+        """Under the lock: the rope table long enough for the cache, and scratch for `rows`."""
+        if cache.max_len > self.struct.rope_len:
+            self._rope(cache.max_len)
+        shape = (rows, cache.max_len, threads)
+        need = self._scratch_need.get(shape)
+        if need is None:
+            need = self._scratch_need[shape] = self.lib.sd_scratch_floats(ctypes.byref(self.struct), *shape)
+        if self._scratch.numel() < need:
+            self._scratch = torch.empty(need)
+        return _P(self._scratch.data_ptr())
+
+    def _check(self, rc: int, cache: KVCache) -> None:
+        c = self.model.config
         if rc == -1:
             raise ValueError(f"a position is outside [0, {min(cache.max_len, self.struct.rope_len)})")
         if rc == -2:
             raise ValueError(f"a token id is outside [0, {c.vocab_size})")
-        return out
