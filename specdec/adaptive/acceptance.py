@@ -1,15 +1,14 @@
 """Live acceptance estimates: Beta posteriors per draft position, per proposer and per request.
 
-a_j = P(the j-th draft asked for is made and accepted | drafts 1..j-1 were). A round asking
-for k drafts with m accepted adds successes at positions 1..m and, if m < k, a failure at
-m + 1 (a draft not made yields no token either); in sampled rounds each reached position
-counts beta_j successes and 1 - beta_j failures instead (beta_j: the draft's acceptance
-probability; the same expectation without the coin's noise). Then P(A >= i) = prod_{j<=i}
-E[a_j] and E[tokens | k] = sum_{i=0}^{min(k, r-1)} P(A >= i), r the tokens a row may still emit.
-A proposer's prior mean at j is E[a_{j-1}] (PRIOR_MEAN at j = 1), so undrafted positions
-inherit the nearest evidence; a request starts from its proposer's means. Counts decay per
-round, so after k = 0 a request relaxes toward its proposer and the proposer toward the
-prior. Rounds are queued and folded in at the next read, runs of alike rounds at once.
+a_j = P(the j-th draft asked for is made and accepted | drafts 1..j-1 were). A round asking for
+k drafts with m accepted adds successes at 1..m and, if m < k, a failure at m + 1 (a draft not
+made yields no token either); sampled rounds count beta_j successes and 1 - beta_j failures at
+each position reached instead (beta_j: the draft's acceptance probability; the same expectation
+without the coin's noise). P(A >= i) = prod_{j<=i} E[a_j]. A proposer's prior mean at j is
+E[a_{j-1}] (PRIOR_MEAN at j = 1), so undrafted positions inherit the nearest evidence; a request
+starts from its proposer's means. Counts decay every round, so after k = 0 a request relaxes
+toward its proposer and the proposer toward the prior. Rounds are queued and folded in at the
+next read, each run of alike rounds at once.
 """
 from __future__ import annotations
 
@@ -34,29 +33,20 @@ class AcceptanceTracker:
         self._pos = np.arange(k_max + 1)            # draft positions 0..k_max
         self._queue: list[tuple] = []               # rounds not folded in yet
 
-    # ---- rows follow the engine's batch --------------------------------------------------
     def start(self, row: int) -> None:
         self.flush()
-        grow = row + 1 - len(self.rows_s)
-        if grow > 0:
-            self.rows_s = np.vstack([self.rows_s, np.zeros((grow, self.k_max))])
-            self.rows_f = np.vstack([self.rows_f, np.zeros((grow, self.k_max))])
+        grow = np.zeros((max(0, row + 1 - len(self.rows_s)), self.k_max))
+        self.rows_s, self.rows_f = np.vstack([self.rows_s, grow]), np.vstack([self.rows_f, grow])
         self.rows_s[row] = self.rows_f[row] = 0.0
 
     def move_row(self, src: int, dst: int) -> None:
         self.flush()
         self.rows_s[dst], self.rows_f[dst] = self.rows_s[src], self.rows_f[src]
 
-    # ---- estimates --------------------------------------------------------------------------
-    def _key(self, key):
-        if key not in self.keys:
-            self.keys[key] = (np.zeros(self.k_max), np.zeros(self.k_max))
-        return self.keys[key]
-
     def proposer_means(self, key) -> np.ndarray:
         """(k_max,) E[a_j] at the proposer level."""
         self.flush()
-        s, f = self._key(key)
+        s, f = self.keys.get(key, (np.zeros(self.k_max),) * 2)
         out, m = [], PRIOR_MEAN
         for sj, fj in zip(s.tolist(), f.tolist()):       # floats: a short chain, every evaluation
             m = (PRIOR_N * m + sj) / (PRIOR_N + sj + fj)
@@ -65,15 +55,13 @@ class AcceptanceTracker:
 
     def row_means(self, key, n: int) -> np.ndarray:
         """(n, k_max) E[a_j] for rows [0, n)."""
-        g = self.proposer_means(key)[None]
         s, f = self.rows_s[:n], self.rows_f[:n]
-        return (ROW_PRIOR_N * g + s) / (ROW_PRIOR_N + s + f)
+        return (ROW_PRIOR_N * self.proposer_means(key)[None] + s) / (ROW_PRIOR_N + s + f)
 
     def _reach(self, key, remaining: list[int]) -> np.ndarray:
         """(n, k_max + 1) P(A >= i), i = 0..k_max, per row; 0 where i >= its remaining tokens."""
-        n = len(remaining)
-        p = np.ones((n, self.k_max + 1))
-        np.cumprod(self.row_means(key, n), axis=1, out=p[:, 1:])
+        p = np.ones((len(remaining), self.k_max + 1))
+        np.cumprod(self.row_means(key, len(remaining)), axis=1, out=p[:, 1:])
         p[self._pos[None] >= np.asarray(remaining)[:, None]] = 0.0
         return p
 
@@ -83,56 +71,46 @@ class AcceptanceTracker:
 
     def row_tokens(self, key, remaining: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """(mean, var), (n, k_max + 1) each: row r's tokens this round, T = min(1 + A, r), for
-        k = 0..k_max, from E[T] = sum_i P(T >= i), E[T^2] = sum_i (2i - 1) P(T >= i)."""
+        k = 0..k_max, from E[T] = sum_i P(T >= i) and E[T^2] = sum_i (2i - 1) P(T >= i)."""
         p = self._reach(key, remaining)
         mean = np.cumsum(p, axis=1)
-        second = np.cumsum((2 * self._pos + 1) * p, axis=1)
-        return mean, np.maximum(second - mean * mean, 0.0)
+        return mean, np.maximum(np.cumsum((2 * self._pos + 1) * p, axis=1) - mean * mean, 0.0)
 
-    # ---- updates ---------------------------------------------------------------------------
     def record(self, key, num_draft: list[int], accepted: list[int], k: int,
                accept_prob: list[list[float]] | None = None) -> None:
-        """One round that asked for k drafts: row b made num_draft[b] and had accepted[b] of
-        them accepted; accept_prob[b][j], where given, is draft j's acceptance probability."""
+        """A round that asked for k drafts: row b made num_draft[b] and had accepted[b] of them
+        accepted; accept_prob[b][j], where given, is draft j's acceptance probability."""
         self._queue.append((key, k, num_draft, accepted, accept_prob))
 
     def flush(self) -> None:
-        """Fold the queued rounds in, in order, runs of rounds alike in kind at once."""
+        """Fold the queued rounds in, in order, each run of rounds alike in kind at once."""
         queue, self._queue = self._queue, []
-        sig = lambda r: (r[0], r[1], len(r[2]), None if r[4] is None else len(r[4][0]) if r[4] else 0)  # noqa: E731
-        i = 0
-        while i < len(queue):
-            j = i + 1
-            while j < len(queue) and sig(queue[j]) == sig(queue[i]):
-                j += 1
-            self._fold(queue[i:j])
-            i = j
+        kind = lambda r: (r[0], r[1], len(r[2]), None if r[4] is None else len(r[4][0]))  # noqa: E731
+        while queue:
+            n = next((i for i, r in enumerate(queue) if kind(r) != kind(queue[0])), len(queue))
+            self._fold(queue[:n])
+            queue = queue[n:]
 
     def _fold(self, rounds: list[tuple]) -> None:
         key, k, B, R, K = rounds[0][0], rounds[0][1], len(rounds[0][2]), len(rounds), self.k_max
-        gs, gf = self._key(key)
-        if k == 0:                                       # no evidence: relax
+        gs, gf = self.keys.setdefault(key, (np.zeros(K), np.zeros(K)))
+        if k == 0:                                                               # no evidence: relax
             gs *= PROPOSER_DECAY ** R
             gf *= PROPOSER_DECAY ** R
             self.rows_s[:B] *= ROW_DECAY ** (2 * R)
             self.rows_f[:B] *= ROW_DECAY ** (2 * R)
             return
-        made = np.array([r[2] for r in rounds])[..., None]                       # (R, B, 1)
-        m = np.array([r[3] for r in rounds])[..., None]                          # (R, B, 1) accepted
+        made, m = (np.array([r[i] for r in rounds])[..., None] for i in (2, 3))   # (R, B, 1) each
         pos = self._pos[:K]
-        seen = pos < np.minimum(m + 1, min(k, K))                                # positions decided
+        seen = pos < np.minimum(m + 1, min(k, K))                                # (R, B, K) decided
         if rounds[0][4] is None:
             hit = (pos < m).astype(float)
-        else:
-            beta = np.zeros((R, B, K))
-            probs = np.asarray([r[4] for r in rounds], dtype=float).reshape(R, B, -1)
-            w = min(K, probs.shape[2])
-            beta[..., :w] = probs[..., :w]
-            hit = np.where(pos < made, beta, 0.0)                                # not made: failed
+        else:                                                                    # a draft not made fails
+            probs = np.asarray([r[4] for r in rounds], dtype=float)[..., :K]                  # (R, B, <= K)
+            hit = np.where(pos < made, np.pad(probs, ((0, 0), (0, 0), (0, K - probs.shape[2]))), 0.0)
         hit = np.where(seen, hit, 0.0)
         miss = seen - hit
-        w_row = ROW_DECAY ** np.arange(R - 1, -1, -1.0)                          # decay of the rounds after
-        w_key = PROPOSER_DECAY ** np.arange(R - 1, -1, -1.0)
+        w_row, w_key = (d ** np.arange(R - 1, -1, -1.0) for d in (ROW_DECAY, PROPOSER_DECAY))  # the rounds after
         self.rows_s[:B] = self.rows_s[:B] * ROW_DECAY ** R + np.einsum("r,rbk->bk", w_row, hit)
         self.rows_f[:B] = self.rows_f[:B] * ROW_DECAY ** R + np.einsum("r,rbk->bk", w_row, miss)
         gs *= PROPOSER_DECAY ** R

@@ -22,8 +22,7 @@ from ..engine.engine import Engine
 
 def middle_mean(xs: list[float]) -> float:
     """The mean of the middle half of xs (the interquartile mean)."""
-    xs = sorted(xs)
-    q = len(xs) // 4
+    xs, q = sorted(xs), len(xs) // 4
     return statistics.mean(xs[q:len(xs) - q])
 
 
@@ -35,33 +34,30 @@ def paired(plain: list[float], drafting: list[float]) -> float:
 
 def synthetic_prompts(vocab: int, b: int, length: int, period: int, seed: int = 0) -> list[list[int]]:
     """b prompts of `length` tokens, each a random `period`-token segment repeated."""
-    g = torch.Generator().manual_seed(seed)
-    segs = torch.randint(3, vocab, (b, period), generator=g)                     # (b, period)
+    segs = torch.randint(3, vocab, (b, period), generator=torch.Generator().manual_seed(seed))
     return segs.repeat(1, -(-length // period))[:, :length].tolist()
 
 
 def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warmup: int = 2,
                 steps: int = 8, budget_s: float = 2.0, max_steps: int = 32):
-    """A timer for `CostModel.measure_rounds`: real engine steps at (b, k), in seconds.
-
-    Per pair, `warmup` untimed passes, then at least `steps` passes and more, up to
-    `max_steps`, while they have taken less than `budget_s`: small batches, whose steps are
-    cheap and whose relative noise is largest, get more samples for the same time."""
+    """A timer for `CostModel.measure_rounds`: real engine steps at (b, k), in seconds. Per
+    pair, `warmup` untimed passes, then at least `steps` passes and more, up to `max_steps`,
+    while they have taken less than `budget_s`: small batches, whose steps are cheap and whose
+    relative noise is largest, get more samples for the same time."""
     def timer(key, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
         out: dict[int, tuple[float, float]] = {}
         for k in [k for k in ks if k > 0] or [0]:
             got = time_pair(key, b, sorted({0, k}), sampled)
             scale = out[0][0] / got[0][0] if out else 1.0           # to the first pair's k = 0
             out.setdefault(0, got[0])
-            if k:
-                out[k] = (got[k][0] * scale, got[k][1])
+            out[k] = (got[k][0] * scale, got[k][1]) if k else got[0]
         return {k: out[k] for k in ks}
 
     def time_pair(key, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
         """ks = [0] or [0, k]: one scratch engine each, stepped in turn; see `paired`."""
         q = max(ks) + 1                                   # a round's positions, the prompts' period
         ctx = target.config.max_position_embeddings - 1
-        room = (ctx - q) // q - warmup - 1                # rounds that fit after a minimal prompt
+        room = (ctx - q) // q - warmup - 1                # rounds that fit after the shortest prompt
         n_steps = max(1, min(steps, room))
         n_max = max(n_steps, min(max_steps, room))
         plen = max(q, min(prompt_len, ctx - (warmup + n_max + 1) * q))
@@ -69,26 +65,24 @@ def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warm
         for k in ks:
             cfg = SpecConfig(method=key.method if k else "none", k=k, k_max=max(k, 1), options=spec.options)
             new = (warmup + n_max + 1) * (k + 1)
-            eng = Engine(target, cfg, EngineConfig(max_batch=b, max_model_len=plen + new + 1,
-                                                   device=target.device.type), draft=draft)
+            eng = engines[k] = Engine(target, cfg, EngineConfig(max_batch=b, max_model_len=plen + new + 1,
+                                                                device=target.device.type), draft=draft)
             for i, p in enumerate(synthetic_prompts(target.config.vocab_size, b, plen, q)):
                 eng.add_request(p, SamplingParams(temperature=1.0 if sampled else 0.0, seed=i,
                                                   max_new_tokens=new, ignore_eos=True))
-            eng.step()                                          # admission (prefill) only
-            engines[k] = eng
+            eng.step()                                    # admission (prefill) only
         times: dict[int, list[float]] = {k: [] for k in ks}
         lens: dict[int, list[int]] = {k: [] for k in ks}
-        t_start = None
+        t_start = time.perf_counter()
         for i in range(warmup + n_max):
             if i == warmup:
                 t_start = time.perf_counter()
             elif i >= warmup + n_steps and time.perf_counter() - t_start > budget_s:
                 break
-            for k in (ks if i % 2 else ks[::-1]):               # each engine first in every other pass
-                eng = engines[k]
-                L = max(eng.cache.lengths[:len(eng.running)], default=plen)
+            for k in (ks if i % 2 else ks[::-1]):         # each engine first in every other pass
+                L = max(engines[k].cache.lengths[:len(engines[k].running)], default=plen)
                 t0 = time.perf_counter()
-                eng.step()
+                engines[k].step()
                 if i >= warmup:
                     times[k].append(time.perf_counter() - t0)
                     lens[k].append(L)

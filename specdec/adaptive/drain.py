@@ -4,8 +4,8 @@ When nobody waits for a row, a finished row is not refilled and what counts is w
 row finishes; a longer draft spreads the rows (a round emits 1 to k + 1 tokens). Row r needs
 N_r rounds, about normal with mean R_r / mu_r and variance R_r var_r / mu_r^3 (R_r tokens
 left; mu_r, var_r its tokens per round), kept within [R_r / (k + 1), R_r]. With the N_r of one
-draw sorted, D(k) = sum_i (n_(i) - n_(i-1)) t(n - i + 1, k), averaged over DRAWS fixed draws
-(a choice must not flicker with the draw). One row gives the rate objective: R / mu(k) t(1, k).
+draw sorted, D(k) = sum_i (n_(i) - n_(i-1)) t(n - i + 1, k), averaged over DRAWS fixed draws.
+One row gives the rate objective back: R / mu(k) * t(1, k).
 """
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ import numpy as np
 
 DRAWS = 32      # Monte Carlo draws: enough to hold D within 4% of 4000 simulated closed batches
                 # and its choice within 1% of their best (tests/adaptive/test_drain.py)
-_normals = {"z": np.zeros((DRAWS, 0))}
+_Z: dict[int, np.ndarray] = {}
 
 
-def _z(n: int) -> np.ndarray:
-    """(DRAWS, n) standard normals, fixed per process, standardised per column."""
-    if _normals["z"].shape[1] < n:
-        z = np.random.default_rng(0).standard_normal((DRAWS, max(n, 64)))
-        _normals["z"] = (z - z.mean(axis=0)) / z.std(axis=0)
-    return _normals["z"][:, :n]
+def _normals(n: int) -> np.ndarray:
+    """(DRAWS, n) standard normals, the same every call (a choice must not flicker with the
+    draw), standardised per row so that its mean is exact."""
+    if n not in _Z:
+        z = np.random.default_rng(0).standard_normal((DRAWS, n))
+        _Z[n] = (z - z.mean(axis=0)) / z.std(axis=0)
+    return _Z[n]
 
 
 def drain_seconds(mean: np.ndarray, var: np.ndarray, remaining, step: np.ndarray) -> np.ndarray:
@@ -32,7 +33,7 @@ def drain_seconds(mean: np.ndarray, var: np.ndarray, remaining, step: np.ndarray
     R = np.asarray(remaining, dtype=float)[:, None]                          # (n, 1)
     mu = np.maximum(mean, 1e-9)
     sd = np.sqrt(R * var / mu ** 3)                                          # (n, K+1)
-    draws = (R / mu).T[:, None, :] + sd.T[:, None, :] * _z(n)[None]         # (K+1, D, n)
+    draws = (R / mu).T[:, None, :] + sd.T[:, None, :] * _normals(n)[None]   # (K+1, D, n)
     draws = np.clip(draws, (R / (np.arange(K1) + 1.0)).T[:, None, :], R.T[:, None, :])
     draws.sort(axis=2)
     extra = np.diff(draws, axis=2, prepend=0.0)                              # rounds at size n, n-1, .., 1

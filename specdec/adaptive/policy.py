@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..costs.cost_model import CostModel
-from ..costs.key import CostKey
+from ..costs.profiling import grid_rows
 from ..engine.policy import KPolicy
 from ..engine.round import RoundResult
 from ..proposers.base import Proposer
@@ -26,21 +26,20 @@ from .acceptance import AcceptanceTracker
 from .drain import drain_seconds
 
 RECHECK = 4     # rounds between evaluations at an unchanged batch size: the estimates move over
-                # ~20 rounds, and an evaluation costs about 0.4 ms (0.86 -> 0.36 ms a round over
-                # fixed k at batch 4, k = 2, benchmarks/policy_overhead.py)
-TIE = 0.02      # a longer drafting k must beat the best shorter one by 2%: the deep positions'
-                # estimates rest on the fewest rounds, and an argmax favours the ones that came
-                # out high (random/4: 0.948x -> 0.967x fixed k = 2, docs/adaptive.md)
+                # ~20 rounds, and every 4th round took the policy's cost over fixed k from 0.86 to
+                # 0.36 ms a round at batch 4, k = 2 (benchmarks/policy_overhead.py)
+TIE = 0.02      # a longer drafting k must beat the best shorter one by 2%: deep positions' estimates
+                # rest on the fewest rounds, and an argmax favours those that came out high
+                # (random/4: 0.948x -> 0.967x fixed k = 2, docs/adaptive.md)
 
 
 def near_best(score: np.ndarray) -> int:
-    """(k_max + 1,) score, higher is better -> k (module doc): plain decoding if it scores
-    best, else the smallest k >= 1 within TIE of the best k >= 1 and not below plain."""
-    drafting = score[1:]
-    best = drafting.max() if drafting.size else -np.inf
+    """(k_max + 1,) score, higher is better -> k: plain decoding if it scores best, else the
+    smallest k >= 1 within TIE of the best k >= 1 and not below plain."""
+    best = score[1:].max() if len(score) > 1 else -np.inf
     if score[0] >= best:
         return 0
-    return 1 + int(np.flatnonzero(drafting >= max((1.0 - TIE) * best, score[0]))[0])
+    return 1 + int(np.flatnonzero(score[1:] >= max((1.0 - TIE) * best, score[0]))[0])
 
 
 class AdaptiveK(KPolicy):
@@ -54,19 +53,13 @@ class AdaptiveK(KPolicy):
         self.k_max = 0 if none else min(k_max, proposer.max_k or k_max)
         self.proposer, self.cost = proposer, cost_model
         self.acc = AcceptanceTracker(max(self.k_max, 1))
-        self._k = 0                                  # the last round's k
-        self._idle = 0                               # plain rounds since the last drafting one
-        self._since, self._eval_b = RECHECK, 0       # rounds since the last evaluation, at batch size
-        self._curves: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        self.last_choice: dict = {}                  # for inspection: tokens, times, scores by k
+        self._k = self._idle = 0                  # the last round's k; plain rounds since drafting
+        self._since, self._eval_b = RECHECK, 0    # rounds since the last evaluation, and its batch size
+        self.last_choice: dict = {}               # for inspection: tokens, times, scores by k
 
-    def step_times(self, b: int, L: int, key: CostKey, sampled: bool = False) -> np.ndarray:
+    def step_times(self, b: int, L: int, key, sampled: bool = False) -> np.ndarray:
         """(k_max + 1,) seconds of a round drafting k = 0..k_max: the cost model's t_round."""
-        c = (b, key, sampled)
-        if c not in self._curves:
-            base, slope = self.cost.curve(key, b, self.k_max, sampled)
-            self._curves[c] = (np.asarray(base), np.asarray(slope))
-        base, slope = self._curves[c]
+        base, slope = self.cost.curve(key, b, self.k_max, sampled)
         return base + slope * (L - self.cost.target.l_ref)
 
     def choose(self, batch) -> int:
@@ -77,37 +70,31 @@ class AdaptiveK(KPolicy):
         if self._since < RECHECK and b == self._eval_b and (self._k == 0 or min(left) > self._k):
             return self._k                                             # between evaluations
         self._since, self._eval_b = 0, b
-        key = self.proposer.cost_key()
-        sampling = getattr(batch, "sampling", None)                    # a plain list: greedy
+        key, sampling = self.proposer.cost_key(), getattr(batch, "sampling", None)   # a list: greedy
         sampled = sampling is not None and not sampling.all_greedy
-        L = max(len(s.token_ids) for s in batch)
-        remaining = [max(1, r) for r in left]
-        tokens = self.acc.expected_tokens(key, remaining)
-        times = self.step_times(b, L, key, sampled)
-        drafting = np.arange(self.k_max + 1) > 0
-        catch_up = min(self._idle, RECHECK) * self.cost.t_draft(key, b, L) if self._idle else 0.0
+        L, remaining = max(len(s.token_ids) for s in batch), [max(1, r) for r in left]
+        tokens, times = self.acc.expected_tokens(key, remaining), self.step_times(b, L, key, sampled)
+        whole = min(self._idle, RECHECK) * self.cost.t_draft(key, b, L) if self._idle else 0.0
+        catch_up = np.where(np.arange(self.k_max + 1) > 0, whole, 0.0)     # the draft model's, k > 0
         if getattr(batch, "draining", False) and b > 1:
-            finish = self._drain_seconds(b, L, key, sampled, remaining, times) + drafting * catch_up
-            score = 1.0 / finish
+            score = 1.0 / (self._drain_seconds(b, L, key, sampled, remaining, times) + catch_up)
         else:
-            score = tokens / (times + drafting * catch_up / RECHECK)
+            score = tokens / (times + catch_up / RECHECK)
         k = near_best(score)
         if k != self._k:
             self._since = RECHECK - 1                # a switch (a probe, say) is checked next round
         self.last_choice = {"b": b, "L": L, "k": k, "tokens": tokens.tolist(),
-                            "times": (times + drafting * catch_up / RECHECK).tolist(), "score": score.tolist()}
+                            "times": (times + catch_up / RECHECK).tolist(), "score": score.tolist()}
         return k
 
     def _drain_seconds(self, b, L, key, sampled, remaining, times) -> np.ndarray:
-        """(k_max + 1,) expected seconds until the last row finishes (drain.py); steps at
-        sizes 1, 2, 4, .. below b, interpolated in between."""
-        sizes = [1 << i for i in range(b.bit_length()) if 1 << i < b] + [b]
+        """(k_max + 1,) expected seconds until the last row finishes (drain.py), with the steps
+        at sizes 1, 2, 4, .. below b interpolated in between."""
+        sizes = grid_rows(b)
         known = np.array([self.step_times(s, L, key, sampled) for s in sizes[:-1]] + [times])
-        step = np.stack([np.interp(np.arange(1, b + 1), sizes, known[:, k]) for k in range(self.k_max + 1)], 1)
-        mean, var = self.acc.row_tokens(key, remaining)
-        return drain_seconds(mean, var, remaining, step)
+        step = np.stack([np.interp(np.arange(1, b + 1), sizes, col) for col in known.T], 1)    # (b, k_max+1)
+        return drain_seconds(*self.acc.row_tokens(key, remaining), remaining, step)
 
-    # ---- lifecycle and learning ------------------------------------------------------------
     def start(self, row, seq):
         self._since = RECHECK                        # a new request: evaluate at once
         self.acc.start(row)
@@ -116,9 +103,7 @@ class AdaptiveK(KPolicy):
         self.acc.move_row(src, dst)
 
     def observe(self, result: RoundResult) -> None:
-        if self.k_max == 0:
-            return
-        self.acc.record(result.cost_key, result.num_draft, result.accepted, result.k, result.accept_prob)
-        self._idle = self._idle + 1 if result.k == 0 else 0
-        self._since += 1
-        self._k = result.k
+        if self.k_max:
+            self.acc.record(result.cost_key, result.num_draft, result.accepted, result.k, result.accept_prob)
+            self._idle = self._idle + 1 if result.k == 0 else 0
+            self._since, self._k = self._since + 1, result.k

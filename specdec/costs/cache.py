@@ -22,9 +22,9 @@ def _cpu_name() -> str:
     """The CPU's model name plus family, model and vector ISA (which tell a Zen 3 from a Zen 4
     where a virtual machine shortens the name to "AMD EPYC")."""
     try:
-        info = {}
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            info.setdefault(line.partition(":")[0].strip(), line.partition(":")[2].strip())
+        info: dict[str, str] = {}
+        for key, _, value in (line.partition(":") for line in Path("/proc/cpuinfo").read_text().splitlines()):
+            info.setdefault(key.strip(), value.strip())
         isa = next((f for f in ("amx_tile", "avx512f", "avx2") if f in info.get("flags", "").split()), "no avx2")
         return f"{info['model name']} (family {info.get('cpu family', '?')} model {info.get('model', '?')}, {isa})"
     except (OSError, KeyError):
@@ -72,12 +72,13 @@ def load(identity: dict, prefix: str = "") -> dict | None:
         d = json.loads(cache_path(identity, prefix).read_text())
     except (OSError, ValueError):
         return None
-    ok = isinstance(d, dict) and d.get("identity") == normal(identity) and not (d.get("contended") and not contended())
-    return d if ok else None
+    stale = not isinstance(d, dict) or d.get("identity") != normal(identity)
+    return None if stale or (d.get("contended") and not contended()) else d
 
 
 def save(identity: dict, table: dict, busy: bool, prefix: str = "") -> None:
     """Write `table` for `identity`, marked contended if `busy` or the machine is busy now."""
     path = cache_path(identity, prefix)
-    path.with_suffix(".tmp").write_text(json.dumps({**table, "identity": normal(identity), "contended": busy or contended()}))
-    path.with_suffix(".tmp").replace(path)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**table, "identity": normal(identity), "contended": busy or contended()}))
+    tmp.replace(path)

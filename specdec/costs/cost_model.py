@@ -6,11 +6,13 @@
     cm.curve(key, b, k_max, sampled)      # t_round for k = 0..k_max as (base, slope in L)
     cm.t_target(b, q, L), cm.t_draft(key, b, L)       # one forward (profiling.py)
 
-Forwards (profiling.py) price the target and each model a proposer runs; real rounds
-(rounds.py), one table per proposer and sampling mode, price what a round costs. Each is read
-from the cache (cache.py) and timed only where the cache lacks it, and only when asked.
+Forwards price the target and each model a proposer runs; real rounds, one table per proposer
+and sampling mode, price a whole round. Both are read from the cache and timed only where it
+lacks them, and only when asked.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from . import cache
 from .key import CostKey
@@ -28,35 +30,37 @@ class CostModel:
         self.drafts = {CostKey.parse(k) if isinstance(k, str) else k: p for k, p in (drafts or {}).items()}
         self.identities = identities or {}        # None (the target) or a CostKey -> model identity
         self.rounds: dict[tuple[CostKey, bool], RoundTable] = {}
+        self._curves: dict[tuple, tuple] = {}     # curve(): a closed batch's tail reads every size
 
     @classmethod
     def load_or_measure(cls, target, proposer_or_draft=None, k_max: int = 8, batch_sizes=(1,),
                         remeasure: bool = False, l_ref: int = 128, l_long: int = 512,
                         timing: dict | None = None) -> "CostModel":
         """Forwards of `target` (q = 1..k_max + 1) and, at q = 1, of each model the proposer runs
-        (a draft model, layer-skip, every arm of `auto`; a bare model is the draft), at
-        `batch_sizes` and cache lengths l_ref and l_long: read from the cache, timed where it
-        lacks them (all of them with `remeasure`). `timing`: time_forwards' budget."""
+        (a draft model, layer-skip, each arm of `auto`; a bare model is the draft) at
+        `batch_sizes` and cache lengths l_ref, l_long: from the cache, timed where it lacks them
+        (all with `remeasure`). `timing`: time_forwards' budget."""
         l_long = max(1, min(l_long, target.config.max_position_embeddings - k_max - 2))
         l_ref = max(1, min(l_ref, l_long // 4))
         models = {None: (target, None)}
         for sub in getattr(proposer_or_draft, "arms", None) or [proposer_or_draft]:
             if sub is not None and not hasattr(sub, "cost_key"):
-                models[DRAFT_KEY] = (sub, None)                              # a bare draft model
+                models[DRAFT_KEY] = (sub, None)
             elif getattr(sub, "model", None) is not None:
                 models[sub.cost_key()] = (sub.model, getattr(sub, "num_layers", None))
-        profiles, identities, shared = {}, {}, {}
+        profiles, identities, by_hash = {}, {}, {}
         for key, (model, layers) in models.items():
             ident = identities[key] = cache.model_identity(model, layers)
             h = cache.identity_hash(ident)
-            if h not in shared:                  # a draft shaped like the target shares its table
+            if h not in by_hash:                          # a draft shaped like the target shares its table
                 d = None if remeasure else cache.load(ident)
-                ok = d is not None and (d["profile"]["l_ref"], d["profile"]["l_long"]) == (l_ref, l_long)
-                prof = shared[h] = ModelProfile.from_json(d["profile"], d["contended"]) if ok else ModelProfile(l_ref, l_long)
-                if prof.measure(model, list(batch_sizes), k_max + 1 if key is None else 1, layers, **(timing or {})):
-                    prof.contended = prof.contended or cache.contended()
-                    cache.save(ident, {"profile": prof.to_json()}, prof.contended)
-            profiles[key] = shared[h]
+                same = d is not None and (d["profile"]["l_ref"], d["profile"]["l_long"]) == (l_ref, l_long)
+                p = ModelProfile.from_json(d["profile"], d["contended"]) if same else ModelProfile(l_ref, l_long)
+                by_hash[h] = p
+                if p.measure(model, list(batch_sizes), 1 if key else k_max + 1, layers, **(timing or {})):
+                    p.contended = p.contended or cache.contended()
+                    cache.save(ident, {"profile": p.to_json()}, p.contended)
+            profiles[key] = by_hash[h]
         return cls(profiles.pop(None), profiles, k_max, identities)
 
     @classmethod
@@ -64,29 +68,27 @@ class CostModel:
                       batch_sizes=tuple(grid_rows(64)), l_ref: int = 128, l_long: int = 512) -> "CostModel":
         """A synthetic cost model: target_fn(b, q, L) and draft_fns[key](b, L) in seconds (key a
         CostKey or its string, "draft:draft"), sampled on the grid a measurement would use."""
-        tp, drafts = ModelProfile(l_ref, l_long), {k: ModelProfile(l_ref, l_long) for k in (draft_fns or {})}
-        for b in batch_sizes:
-            for L in (l_ref, l_long):
-                tp.points.update({(L, b, q): float(target_fn(b, q, L)) for q in range(1, k_max + 2)})
-                for k, fn in (draft_fns or {}).items():
-                    drafts[k].points[(L, b, 1)] = float(fn(b, L))
-        return cls(tp, drafts, k_max)
+        grid = [(L, b, q) for b in batch_sizes for L in (l_ref, l_long) for q in range(1, k_max + 2)]
+        target = ModelProfile(l_ref, l_long, {(L, b, q): float(target_fn(b, q, L)) for L, b, q in grid})
+        drafts = {k: ModelProfile(l_ref, l_long, {(L, b, 1): float(fn(b, L)) for L, b, q in grid if q == 1})
+                  for k, fn in (draft_fns or {}).items()}
+        return cls(target, drafts, k_max)
 
-    def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False) -> None:
+    def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False):
         """Real steps of proposer `key` in one sampling mode at each row of `batch_sizes` and
-        k = 0..k_max, read from the cache; a row that lacks any k is timed whole, in one call of
+        k = 0..k_max, from the cache; a row that lacks any k is timed whole, in one call of
         `timer(key, b, ks, sampled) -> {k: (seconds, L)}`."""
         ident = {"key": str(key), "sampled": sampled, "target": self.identities.get(None),
                  "model": self.identities.get(key), "version": ROUNDS_VERSION}
         d = None if remeasure else cache.load(ident, "rounds-")
-        table = RoundTable.from_json(d, d["contended"]) if d else RoundTable()
+        table = self.rounds[(key, sampled)] = RoundTable.from_json(d, d["contended"]) if d else RoundTable()
         todo = [b for b in batch_sizes if any((b, k) not in table.points for k in range(self.k_max + 1))]
         for b in todo:
-            table.points.update({(b, k): tl for k, tl in timer(key, b, list(range(self.k_max + 1)), sampled).items()})
+            table.points.update({(b, k): v for k, v in timer(key, b, [*range(self.k_max + 1)], sampled).items()})
             table.contended = table.contended or cache.contended()
         if todo:
             cache.save(ident, table.to_json(), table.contended, "rounds-")
-        self.rounds[(key, sampled)] = table
+        self._curves.clear()
 
     def t_target(self, b: float, q: float, L: float | None = None) -> float:
         return self.target.t(b, q, L)
@@ -100,17 +102,20 @@ class CostModel:
         """Forward-only seconds of a round: k draft steps and one verify forward of k + 1."""
         return self.t_target(b, k + 1, L) + k * self.t_draft(key, b, L)
 
-    def t_round(self, key: CostKey | None, b: float, k: int, L: float | None = None, sampled: bool = False) -> float:
+    def t_round(self, key: CostKey | None, b: float, k: int, L: float | None = None,
+                sampled: bool = False) -> float:
         """Seconds of a real engine step drafting k: the round table, else the forwards alone."""
-        L = self.target.l_ref if L is None else L
-        table = self.rounds.get((key, sampled))
+        L, table = self.target.l_ref if L is None else L, self.rounds.get((key, sampled))
         t = table.step(b, k, lambda bb, kk, LL: self.forward_round(key, bb, kk, LL), L) if table else None
         return self.forward_round(key, b, k, L) if t is None else t
 
     def curve(self, key: CostKey | None, b: int, k_max: int | None = None,
-              sampled: bool = False) -> tuple[list[float], list[float]]:
-        """t_round for k = 0..k_max as (base, slope): base[k] + slope[k] * (L - l_ref)."""
-        ks, d = range((self.k_max if k_max is None else k_max) + 1), self.drafts.get(key)
-        per_draft = d.per_token(b, 1) if d is not None else 0.0
-        return ([self.t_round(key, b, k, None, sampled) for k in ks],
-                [self.target.per_token(b, k + 1) + k * per_draft for k in ks])
+              sampled: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """t_round for k = 0..k_max as (base, slope): base[k] + slope[k] * (L - l_ref); memoized."""
+        c = (key, b, self.k_max if k_max is None else k_max, sampled)
+        if c not in self._curves:
+            d = self.drafts.get(key)
+            per_draft = d.per_token(b, 1) if d is not None else 0.0
+            self._curves[c] = (np.array([self.t_round(key, b, k, None, sampled) for k in range(c[2] + 1)]),
+                               np.array([self.target.per_token(b, k + 1) + k * per_draft for k in range(c[2] + 1)]))
+        return self._curves[c]

@@ -36,24 +36,21 @@ def interp(xs: list[float], ys: list[float], x: float) -> float:
 def time_forwards(model, b: int, L: int, qs: list[int], num_layers: int | None = None,
                   min_time: float = 0.05, min_reps: int = 3, max_reps: int = 15) -> dict[int, float]:
     """q -> median seconds of `model(tokens (b, q), positions, cache)` with L tokens cached per
-    row: at least `min_reps` calls and `min_time` seconds, at most `max_reps` calls."""
-    dev = model.device
+    row, after one warm-up call: at least `min_reps` calls and `min_time` s, at most `max_reps`."""
+    dev, g = model.device, torch.Generator().manual_seed(1000 * b + L)
     cache = model.new_cache(b, padded(L + max(qs) + 1), num_layers)
     cache.lengths = [L] * b
-    g = torch.Generator().manual_seed(1000 * b + L)
     out = {}
     for q in qs:
         tokens = torch.randint(0, model.config.vocab_size, (b, q), generator=g).to(dev)     # (b, q)
         positions = (L + torch.arange(q))[None].expand(b, q).contiguous().to(dev)            # (b, q)
         times = []
-        for i in range(max_reps + 1):                     # the first call warms up (kernel set-up)
+        while len(times) <= max_reps and not (len(times) > min_reps and sum(times[1:]) >= min_time):
             t0 = time.perf_counter()
             model(tokens, positions, cache, num_layers=num_layers)
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             times.append(time.perf_counter() - t0)
-            if i >= min_reps and sum(times[1:]) >= min_time:
-                break
         out[q] = statistics.median(times[1:])
     return out
 
@@ -64,22 +61,32 @@ class ModelProfile:
     l_long: int
     points: dict[tuple[int, int, int], float] = field(default_factory=dict)    # (L, b, q) -> seconds
     contended: bool = False                 # some points were timed on a busy machine
+    _grid: dict = field(default_factory=dict, repr=False, compare=False)
 
     def rows(self) -> list[int]:
         """The batch rows measured at both cache lengths."""
-        return sorted({b for (L, b, _q) in self.points if L == self.l_ref and (self.l_long, b, 1) in self.points})
+        if self._grid.get("n") != len(self.points):           # points are only ever added
+            by: dict = {}
+            for (L, b, q), t in self.points.items():
+                by.setdefault(b, {}).setdefault(L, {})[q] = t
+            rows = {}
+            for b, ts in sorted(by.items()):
+                ref, long = ts.get(self.l_ref, {}), ts.get(self.l_long, {})
+                if qs := sorted(set(ref) & set(long)):
+                    rows[b] = (qs, [ref[x] for x in qs], [long[x] for x in qs])
+            self._grid = {"n": len(self.points), "rows": rows}
+        return list(self._grid["rows"])
 
     def _row(self, b: int, q: float) -> tuple[float, float]:
         """Row b at q positions: (seconds at l_ref, seconds per cached token)."""
-        ts = [{qq: t for (LL, bb, qq), t in self.points.items() if bb == b and LL == L} for L in (self.l_ref, self.l_long)]
-        qs = sorted(set(ts[0]) & set(ts[1]))
-        ref, long = (interp(qs, [t[x] for x in qs], q) for t in ts)
-        slope = (long - ref) / (self.l_long - self.l_ref) if self.l_long != self.l_ref else 0.0
-        return ref, min(max(slope, 0.0), ref / self.l_ref)
+        qs, ref, long = self._grid["rows"][b]
+        t_ref, t_long = interp(qs, ref, q), interp(qs, long, q)
+        slope = (t_long - t_ref) / (self.l_long - self.l_ref) if self.l_long != self.l_ref else 0.0
+        return t_ref, min(max(slope, 0.0), t_ref / self.l_ref)
 
     def t(self, b: float, q: float, L: float | None = None) -> float:
-        rows, L = self.rows(), self.l_ref if L is None else L
-        return interp(rows, [t + s * (L - self.l_ref) for t, s in (self._row(r, q) for r in rows)], b) if rows else 0.0
+        rows, dl = self.rows(), (self.l_ref if L is None else L) - self.l_ref
+        return interp(rows, [t + s * dl for t, s in (self._row(r, q) for r in rows)], b) if rows else 0.0
 
     def per_token(self, b: float, q: float) -> float:
         """dt/dL: seconds per cached token of a forward at batch b and q positions."""
@@ -89,16 +96,18 @@ class ModelProfile:
     def measure(self, model, rows: list[int], q_max: int, num_layers: int | None = None, **timing) -> bool:
         """Time what rows x q = 1..q_max x {l_ref, l_long} lacks; whether anything was timed."""
         qs = list(range(1, q_max + 1))
-        todo = [(L, b) for b in rows for L in (self.l_ref, self.l_long) if any((L, b, q) not in self.points for q in qs)]
+        todo = [(L, b) for b in rows for L in (self.l_ref, self.l_long)
+                if any((L, b, q) not in self.points for q in qs)]
         for L, b in todo:
-            self.points.update({(L, b, q): t for q, t in time_forwards(model, b, L, qs, num_layers, **timing).items()})
+            times = time_forwards(model, b, L, qs, num_layers, **timing)
+            self.points.update({(L, b, q): t for q, t in times.items()})
         return bool(todo)
 
     def to_json(self) -> dict:
         return {"l_ref": self.l_ref, "l_long": self.l_long,
-                "points": [[L, b, q, t] for (L, b, q), t in sorted(self.points.items())]}
+                "points": [[*p, t] for p, t in sorted(self.points.items())]}
 
     @classmethod
     def from_json(cls, d: dict, contended: bool = False) -> "ModelProfile":
-        return cls(int(d["l_ref"]), int(d["l_long"]), {(int(L), int(b), int(q)): float(t) for L, b, q, t in d["points"]},
-                   contended)
+        points = {(int(L), int(b), int(q)): float(t) for L, b, q, t in d["points"]}
+        return cls(int(d["l_ref"]), int(d["l_long"]), points, contended)
