@@ -81,6 +81,8 @@ def calibrated_cost(models, max_batch: int, k_max: int, prompt_tokens: int, thre
     cost = CostModel.load_or_measure(models.target, models.draft, k_max=k_max, batch_sizes=rows, remeasure=remeasure)
     timer = round_timer(models.target, spec_for(configs()["adaptive"], k_max), models.draft, prompt_len=prompt_tokens)
     cost.measure_rounds(timer, DRAFT_KEY, rows, sampled=True, remeasure=remeasure)
+    for b in range(1, max_batch + 1):          # a closed batch's tail reads every size: price them now
+        cost.curve(DRAFT_KEY, b, k_max, sampled=True)
     return cost
 
 

@@ -68,6 +68,9 @@ def test_calibrated_cost_covers_every_row_a_shrinking_batch_reads(monkeypatch):
         def measure_rounds(self, timer, key, batch_sizes, sampled, remeasure=False):
             seen["rounds"] = (key, batch_sizes, sampled)
 
+        def curve(self, key, b, k_max, sampled):
+            seen.setdefault("curves", []).append(b)
+
     def load_or_measure(target, draft, batch_sizes, **kw):
         seen["rows"] = batch_sizes
         return Cost()
@@ -78,3 +81,4 @@ def test_calibrated_cost_covers_every_row_a_shrinking_batch_reads(monkeypatch):
     adaptive.calibrated_cost(models, 48, 8, 128, 2)
     assert seen["rows"] == [1, 2, 4, 8, 16, 32, 48]                  # a batch of 48 shrinks through all of them
     assert seen["rounds"] == (adaptive.DRAFT_KEY, [1, 2, 4, 8, 16, 32, 48], True)
+    assert seen["curves"] == list(range(1, 49))                       # every size priced before timing

@@ -55,8 +55,7 @@ def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warm
 
     def time_pair(key, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
         """ks = [0] or [0, k]: one scratch engine each, stepped in turn; see `paired`."""
-        q = max(ks) + 1                                   # a round's positions, the prompts' period
-        ctx = target.config.max_position_embeddings - 1
+        q, ctx = max(ks) + 1, target.config.max_position_embeddings - 1     # q: the prompts' period
         room = (ctx - q) // q - warmup - 1                # rounds that fit after the shortest prompt
         n_steps = max(1, min(steps, room))
         n_max = max(n_steps, min(max_steps, room))

@@ -1,9 +1,7 @@
-"""Where measured cost tables live: what identifies a model's cost, and one JSON cache.
-
-A model's identity is what sets its forward's cost here (architecture, layers used, dtype,
-kernel and compiled-decoder build, device and CPU, torch version, threads), not its weights.
-A table written on a busy machine is measured again once it is read on a quiet one.
-"""
+"""Where measured cost tables live. A model's identity is what sets its forward's cost here
+(architecture, layers used, dtype, kernel and compiled-decoder build, device and CPU, torch
+version, threads), not its weights. A table written on a busy machine is measured again once
+it is read on a quiet one."""
 from __future__ import annotations
 
 import hashlib

@@ -6,9 +6,8 @@
     cm.curve(key, b, k_max, sampled)      # t_round for k = 0..k_max as (base, slope in L)
     cm.t_target(b, q, L), cm.t_draft(key, b, L)       # one forward (profiling.py)
 
-Forwards price the target and each model a proposer runs; real rounds, one table per proposer
-and sampling mode, price a whole round. Both are read from the cache and timed only where it
-lacks them, and only when asked.
+Forwards (profiling.py) and real rounds (rounds.py, per proposer and sampling mode) are read
+from the cache and timed only where it lacks them, and only when asked.
 """
 from __future__ import annotations
 
@@ -112,10 +111,10 @@ class CostModel:
     def curve(self, key: CostKey | None, b: int, k_max: int | None = None,
               sampled: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """t_round for k = 0..k_max as (base, slope): base[k] + slope[k] * (L - l_ref); memoized."""
-        c = (key, b, self.k_max if k_max is None else k_max, sampled)
+        c = (key, b, range((self.k_max if k_max is None else k_max) + 1), sampled)
         if c not in self._curves:
             d = self.drafts.get(key)
             per_draft = d.per_token(b, 1) if d is not None else 0.0
-            self._curves[c] = (np.array([self.t_round(key, b, k, None, sampled) for k in range(c[2] + 1)]),
-                               np.array([self.target.per_token(b, k + 1) + k * per_draft for k in range(c[2] + 1)]))
+            self._curves[c] = (np.array([self.t_round(key, b, k, None, sampled) for k in c[2]]),
+                               np.array([self.target.per_token(b, k + 1) + k * per_draft for k in c[2]]))
         return self._curves[c]

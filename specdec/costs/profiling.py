@@ -69,11 +69,9 @@ class ModelProfile:
             by: dict = {}
             for (L, b, q), t in self.points.items():
                 by.setdefault(b, {}).setdefault(L, {})[q] = t
-            rows = {}
-            for b, ts in sorted(by.items()):
-                ref, long = ts.get(self.l_ref, {}), ts.get(self.l_long, {})
-                if qs := sorted(set(ref) & set(long)):
-                    rows[b] = (qs, [ref[x] for x in qs], [long[x] for x in qs])
+            both = {b: sorted(set(ts.get(self.l_ref, {})) & set(ts.get(self.l_long, {}))) for b, ts in by.items()}
+            rows = {b: (qs, [by[b][self.l_ref][x] for x in qs], [by[b][self.l_long][x] for x in qs])
+                    for b, qs in sorted(both.items()) if qs}
             self._grid = {"n": len(self.points), "rows": rows}
         return list(self._grid["rows"])
 

@@ -31,7 +31,6 @@ def theil_sen(points: dict[int, float]) -> tuple[float, float]:
 class RoundTable:
     points: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     contended: bool = False                  # some steps were timed on a busy machine
-    _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def rows(self) -> list[int]:
         return sorted({b for b, _k in self.points})
@@ -49,13 +48,6 @@ class RoundTable:
 
     def row_step(self, r: int, k: int) -> tuple[float, float] | None:
         """(seconds, L) of row r's step drafting k as priced (module doc); None if unmeasured."""
-        if self._memo.get("n") != len(self.points):           # points are only ever added
-            self._memo = {"n": len(self.points)}
-        if (r, k) not in self._memo:
-            self._memo[(r, k)] = self._price(r, k)
-        return self._memo[(r, k)]
-
-    def _price(self, r: int, k: int) -> tuple[float, float] | None:
         if k == 0:
             return self.points.get((r, 0))
         line, ks = self.line(r), self.ks(r)

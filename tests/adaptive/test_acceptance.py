@@ -106,7 +106,7 @@ def test_queued_rounds_fold_in_exactly_as_one_at_a_time(with_beta):
                 t.move_row(2, 0)
     assert longest >= 5                                         # runs of rounds were folded at once
     assert np.allclose(lazy.row_means("x", 3), eager.row_means("x", 3))
-    assert np.allclose(lazy.keys["x"][0], eager.keys["x"][0]) and np.allclose(lazy.keys["x"][1], eager.keys["x"][1])
+    assert all(np.allclose(a, b) for a, b in zip(lazy.keys["x"], eager.keys["x"]))
 
 
 def test_row_tokens_mean_and_variance_of_a_round():

@@ -336,12 +336,13 @@ def test_make_policy_measures_the_cost_table_once_and_caches_it(tiny_target, tin
     import specdec.build as build
     import specdec.costs.profiling as profiling
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    monkeypatch.setattr(profiling, "time_forwards", lambda model, b, L, qs, *a, **kw: {q: 1e-3 * b * q for q in qs})
+    monkeypatch.setattr(profiling, "time_forwards", lambda model, b, L, qs, *a, **kw: {q: 1e-3 * q for q in qs})
     timed = []
 
-    def fake_timer(target, spec, draft=None):
-        return lambda key, b, ks, sampled: timed.append((b, sampled, tuple(ks))) or {k: (0.01 * b + 0.002 * k, 64.0) for k in ks}
-    monkeypatch.setattr(build, "round_timer", fake_timer)
+    def timer(key, b, ks, sampled):
+        timed.append((b, sampled, tuple(ks)))
+        return {k: (0.01 * b + 0.002 * k, 64.0) for k in ks}
+    monkeypatch.setattr(build, "round_timer", lambda target, spec, draft=None: timer)
     spec = SpecConfig(method="draft", k="auto", k_max=3)
     eng = make_engine(Models(tiny_target, None, tiny_draft), spec, EngineConfig(max_batch=3, max_model_len=64))
     assert sorted(timed) == [(b, s, (0, 1, 2, 3)) for b in (1, 2, 3) for s in (False, True)]
