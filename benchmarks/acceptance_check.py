@@ -5,11 +5,11 @@
 
 For one workload and batch size, the default pair decodes the same prompts at temperature
 1 once per k in --k: an adaptive engine made to draft that k in every round, while its
-acceptance tracker (engine/acceptance.py) learns from every round as usual. For each k:
+acceptance tracker (adaptive/acceptance.py) learns from every round as usual. For each k:
 
 - estimate: the tracker's P(A >= j) for j = 1..k_max (A: drafts accepted in a round), the
   mean of its readings every --every rounds. Positions past the drafted k are predictions
-  (the lookahead observes k + 1; further ones inherit their neighbour's estimate);
+  (they inherit their neighbour's estimate);
 - realized: the fraction of drafting rows with at least j drafts accepted (the engine's
   vLLM-style per-position counts), for j = 1..k;
 - decode tokens/s by the number of rows in the round. A closed batch's tail (fewer rows)

@@ -9,13 +9,11 @@ every few rounds while the batch is steady) but is then made to draft the same k
 random prompts): when its choice differs from the forced k it sees a switch and
 re-evaluates every round, which overstates its steady cost. They step in turn, alternating which goes first, so the
 difference of their median step times is what adaptive adds: choosing k, the acceptance
-probabilities in verification, the lookahead and the learning. Variants switch parts off
-to attribute it:
+probabilities in verification and the learning. Variants switch parts off to attribute it:
 
 - `choose off`: the policy returns k without computing anything;
-- `lookahead off`: no observation one position past k (engine/lookahead.py);
-- `beta off`: verification computes no acceptance probabilities (the lookahead too);
-- `all off`: all three, and no learning.
+- `beta off`: verification computes no acceptance probabilities;
+- `all off`: both, and no learning.
 
 Each variant: --repeats fresh engine pairs, median step time over --steps steps each after
 the first two (kernel set-up), difference adaptive - fixed. Writes <out>/policy_overhead.json
@@ -40,16 +38,14 @@ from specdec.defaults import default_draft, default_target  # noqa: E402
 from specdec.build import load_models, make_engine  # noqa: E402
 from adaptive import calibrated_cost  # noqa: E402  (benchmarks/adaptive.py)
 
-VARIANTS = {"full": (), "choose off": ("choose",), "lookahead off": ("lookahead",),
-            "beta off": ("beta",), "all off": ("choose", "lookahead", "beta", "observe")}
+VARIANTS = {"full": (), "choose off": ("choose",), "beta off": ("beta",),
+            "all off": ("choose", "beta", "observe")}
 
 
 def _forced(eng, k: int, off: tuple[str, ...]):
     """Make the adaptive engine draft k every step, with the parts in `off` switched off."""
     policy, choose = eng.policy, eng.policy.choose
     policy.choose = (lambda batch: k) if "choose" in off else (lambda batch: (choose(batch), k)[1])
-    if "lookahead" in off or "beta" in off:
-        eng.lookahead = None
     if "beta" in off:
         policy.wants_accept_prob = False
     if "observe" in off:

@@ -4,9 +4,10 @@
     engine = make_engine(models, SpecConfig(method="draft", k="auto"), EngineConfig())
 
 This is where the machine is measured, never below: `k="auto"` gets the adaptive policy
-with a cost model loaded from the cache or measured (quick: under a second, the rest
-lazily), and `layerskip` without `layerskip_layers` gets its depth calibrated once per
-target and cached. The engine receives the proposer and the policy ready-made.
+with a cost model loaded from the cache or measured here (forwards and real rounds at the
+batch rows up to max_batch, once per machine), and `layerskip` without `layerskip_layers`
+gets its depth calibrated once per target and cached. The engine receives the proposer
+and the policy ready-made.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from .adaptive.layers import calibrated_layers
 from .adaptive.policy import AdaptiveK
 from .config import EngineConfig, SpecConfig
 from .costs.cost_model import CostModel
+from .costs.profiling import grid_rows
 from .defaults import default_draft, default_target
 from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy
@@ -89,18 +91,23 @@ def resolve_spec(target: LlamaModel, spec: SpecConfig) -> SpecConfig:
 
 
 def make_policy(spec: SpecConfig, proposer: Proposer, target: LlamaModel, draft: LlamaModel | None = None,
-                cost_model: CostModel | None = None) -> KPolicy:
-    """The k policy for `spec`: fixed or heuristic, or for k = "auto" the adaptive policy with
-    `cost_model` (default: loaded from the cache or measured quickly) timing real rounds."""
+                cost_model: CostModel | None = None, max_batch: int = 1) -> KPolicy:
+    """The k policy for `spec`: fixed or heuristic, or for k = "auto" the adaptive policy over
+    `cost_model`. Without one it is built here: forwards and real rounds (greedy and sampled,
+    for the proposer or each arm of `auto`) at the batch rows up to `max_batch`, read from
+    the cache or measured now."""
     if spec.k != "auto":
         return simple_policy(spec)
     if proposer.name == "none":
         return AdaptiveK(spec.k_max, proposer, None)
     k_max = min(spec.k_max, proposer.max_k or spec.k_max)
     if cost_model is None:
-        cost_model = CostModel.load_or_measure(target, proposer, quick=True, k_max=k_max)
-    if not cost_model.times_rounds:
-        cost_model.attach_round_timer(round_timer(target, spec, draft))
+        rows = grid_rows(max_batch)
+        cost_model = CostModel.load_or_measure(target, proposer, k_max=k_max, batch_sizes=rows)
+        timer = round_timer(target, spec, draft)
+        for sub in getattr(proposer, "arms", None) or [proposer]:
+            for sampled in ([False, True] if sub.name != "none" else []):
+                cost_model.measure_rounds(timer, sub.cost_key(), rows, sampled)
     return AdaptiveK(k_max, proposer, cost_model)
 
 
@@ -114,5 +121,5 @@ def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
     method = spec.method if spec.k != 0 else "none"
     proposer = create_proposer(method, models.target, spec, draft_model=models.draft,
                                rows=config.max_batch, max_len=cache_length(config, spec))
-    policy = make_policy(spec, proposer, models.target, models.draft, cost_model)
+    policy = make_policy(spec, proposer, models.target, models.draft, cost_model, config.max_batch)
     return Engine(models.target, spec, config, proposer=proposer, policy=policy)

@@ -61,29 +61,15 @@ def test_render_rewrites_the_markdown_from_saved_json(tmp_path):
     assert "batch 64: {0: 64}" in md and "0.97–0.97 | 1.25 |" in md
 
 
-def test_goal_lines_flag_a_regime_whose_timed_window_measured_the_cost_model():
-    clean = regime([rep(1000, 1000)] * 3, "code", 1)
-    dirty = {**regime([rep(1000, 1000)] * 3, "code", 16), "measured_in_window": 2}
-    assert not any("NOT VALID" in line for line in adaptive.goal_lines([clean]))
-    assert adaptive.goal_lines([clean, dirty])[-1].endswith("timed window: code/16")
-
-
 def test_calibrated_cost_covers_every_row_a_shrinking_batch_reads(monkeypatch):
     seen = {}
 
     class Cost:
-        def __init__(self):
-            self.ensured = []
+        def measure_rounds(self, timer, key, batch_sizes, sampled, remeasure=False):
+            seen["rounds"] = (key, batch_sizes, sampled)
 
-        def attach_round_timer(self, timer):
-            pass
-
-        def ensure(self, b):
-            self.ensured.append(b)
-            return False
-
-        def ensure_rounds(self, b, key, sampled, everything):
-            return False
+        def curve(self, key, b, k_max, sampled):
+            seen.setdefault("curves", []).append(b)
 
     def load_or_measure(target, draft, batch_sizes, **kw):
         seen["rows"] = batch_sizes
@@ -92,5 +78,7 @@ def test_calibrated_cost_covers_every_row_a_shrinking_batch_reads(monkeypatch):
     monkeypatch.setattr(adaptive.CostModel, "load_or_measure", staticmethod(load_or_measure))
     monkeypatch.setattr(adaptive, "round_timer", lambda *a, **kw: None)
     models = type("M", (), {"target": None, "draft": None})()
-    cost = adaptive.calibrated_cost(models, 48, 8, 128, 2)
-    assert seen["rows"] == cost.ensured == [1, 2, 4, 8, 16, 32, 64]    # 33..48 read rows 32 and 64
+    adaptive.calibrated_cost(models, 48, 8, 128, 2)
+    assert seen["rows"] == [1, 2, 4, 8, 16, 32, 48]                  # a batch of 48 shrinks through all of them
+    assert seen["rounds"] == (adaptive.DRAFT_KEY, [1, 2, 4, 8, 16, 32, 48], True)
+    assert seen["curves"] == list(range(1, 49))                       # every size priced before timing

@@ -52,35 +52,25 @@ class Costs:
 
 
 def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context: int = 128,
-               device: str | None = None, threads: int | None = None, remeasure: bool = True,
+               remeasure: bool = True,
                round_timer=None, modes=(False,),
                on_progress: Callable[[float], None] | None = None) -> Costs:
     """Costs of `target` (a LlamaModel) and `proposer` (timed if it runs a model), measured
-    (or read from the cost model's cache) for every batch size in `batch_sizes` and
+    (or read from the cost model's cache) at every batch size in `batch_sizes` and
     q = 1..q_max, and evaluated at `context` cached tokens per row. With `round_timer`
     (adaptive/calibrate.py), real rounds are timed too, for each sampling mode in `modes`
     (False: greedy, True: sampled). `remeasure` (default) times everything now, under the
     same machine load as the runs it predicts, rather than reusing an older cache."""
     bs = sorted(set(batch_sizes) | {1})
-    cm = CostModel.load_or_measure(target, proposer, device=device, threads=threads, quick=True,
-                                   k_max=q_max - 1, batch_sizes=bs, remeasure=remeasure)
+    cm = CostModel.load_or_measure(target, proposer, k_max=q_max - 1, batch_sizes=bs, remeasure=remeasure)
     key = proposer.cost_key() if proposer is not None else None
-    if round_timer is not None:
-        cm.attach_round_timer(round_timer)
-    steps = len(bs) * (1 + len(modes))
-    done = 0
-    for b in bs:
-        while cm.ensure(b):          # complete the measured rows around b, one q at a time
-            pass
-        done += 1
+    modes = list(modes) if round_timer is not None and key is not None else []
+    if on_progress:
+        on_progress(1 / (1 + len(modes)))
+    for i, sampled in enumerate(modes):
+        cm.measure_rounds(round_timer, key, bs, sampled, remeasure=remeasure)
         if on_progress:
-            on_progress(done / steps)
-        for sampled in modes:
-            while cm.ensure_rounds(b, key, sampled, everything=True):
-                pass
-            done += 1
-            if on_progress:
-                on_progress(done / steps)
+            on_progress((i + 2) / (1 + len(modes)))
     return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context) if key else 0.0,
                  lambda b, k, s: cm.t_round(key, b, k, context, s),
                  "measured cost model (costs/cost_model.py): forwards plus real engine rounds", cost_table(cm))

@@ -56,7 +56,7 @@ class Progress:
 
 def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, method: str, out: Path,
             bars: Progress, full: bool = False, quick: bool = False, device: str = "cpu",
-            threads: int | None = None, remeasure: bool = True) -> dict[str, Path]:
+            remeasure: bool = True) -> dict[str, Path]:
     """Run the whole analysis with settings `s` (k, batch_sizes, temperatures, repeats,
     max_new_tokens, prompt_tokens) and write the report into `out`. Returns the paths."""
     t_start, load_start = time.perf_counter(), _load()
@@ -77,7 +77,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
     modes = sorted({t > 0 for t in s["temperatures"]})
     timer = round_timer(models.target, spec_for_k(k_top), models.draft, prompt_len=s["prompt_tokens"], steps=40)
     costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=q_max,
-                       context=s["prompt_tokens"] + s["max_new_tokens"] // 2, device=device, threads=threads,
+                       context=s["prompt_tokens"] + s["max_new_tokens"] // 2,
                        remeasure=remeasure, round_timer=timer, modes=modes,
                        on_progress=lambda f: bars.update(task, completed=100 * f))
     del probe

@@ -99,7 +99,7 @@ def run(args) -> int:
         method = (f"the draft model `{models.draft_path.name}`" if spec.method == "draft"
                   else f"method `{spec.method}`")
         paths = analyze(models, prompts, spec_for_k, s, method, args.out, bars,
-                        full=args.grid == "full", quick=args.quick, device=args.device, threads=args.threads,
+                        full=args.grid == "full", quick=args.quick, device=args.device,
                         remeasure=not args.cached_costs)
     print(f"wrote {paths['html']}, {paths['md']} and {paths['json']}")
     return 0

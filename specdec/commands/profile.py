@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     p.add_argument("--draft", type=Path, help="draft checkpoint dir (default: bundled draft when "
                                               "--target is not given; otherwise none)")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64],
-                   help="batch sizes to measure (others are interpolated, or measured on first use)")
+                   help="batch sizes to measure (others are interpolated)")
     p.add_argument("--k-max", type=int, default=8, help="measure q = 1 .. k_max + 1")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     add_compile_arg(p)
@@ -44,16 +44,12 @@ def render(table: dict) -> None:
     t.add_column(f"t(q={q_max})/t(1)", justify="right")
     t.add_column(f"L={table['l_long']} vs {table['l_ref']}", justify="right")
     for b, row in table["target"].items():
-        measured = set(table["measured_q"][b])
-        cells = [f"{1e3 * v:.2f}" if q in measured else f"[dim]{1e3 * v:.2f}[/dim]"
-                 for q, v in enumerate(row, 1)]
-        t.add_row(str(b), *cells, f"{row[-1] / row[0]:.2f}", f"{table['kv_effect'][b]:.2f}x")
+        t.add_row(str(b), *[f"{1e3 * v:.2f}" for v in row], f"{row[-1] / row[0]:.2f}", f"{table['kv_effect'][b]:.2f}x")
     console = Console()
     console.print(t)
     if table.get("contended"):
         console.print("[yellow]measured while other processes competed for the cores: "
                       "re-run `specdec profile` on a quiet machine[/yellow]")
-    console.print("[dim]dim cells are interpolated[/dim]")
     for key, per_b in table["draft"].items():
         d = Table(title=f"{key}: ms per proposed token")
         for b in per_b:
@@ -63,8 +59,6 @@ def render(table: dict) -> None:
 
 
 def run(args) -> int:
-    import torch
-
     from ..costs.cost_model import CostModel
     from ..build import default_pair, load_models
 
@@ -72,9 +66,7 @@ def run(args) -> int:
         raise ConfigError("--k-max and --batch-sizes must be >= 1")
     target, draft = default_pair(args.target, args.draft)
     models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
-    threads = args.threads or torch.get_num_threads()
-    cm = CostModel.load_or_measure(models.target, models.draft, device=args.device, threads=threads,
-                                   quick=False, k_max=args.k_max, batch_sizes=args.batch_sizes,
+    cm = CostModel.load_or_measure(models.target, models.draft, k_max=args.k_max, batch_sizes=args.batch_sizes,
                                    remeasure=True)
     table = cost_table(cm)
     if args.json:

@@ -6,10 +6,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class CostKey:
-    """What a round's cost and its acceptance depend on, besides the target: the proposer's
-    method and, for one that runs a model, which model."""
-    method: str            # registry name: "draft", "ngram", "layerskip", ...
-    model: str = ""        # the draft's name; layerskip: its depth
+    method: str            # the proposer's registry name: "draft", "ngram", "layerskip", ...
+    model: str = ""        # which model it runs: the draft's name; layerskip: its depth
 
     def __str__(self) -> str:
         return f"{self.method}:{self.model}" if self.model else self.method
@@ -17,5 +15,4 @@ class CostKey:
     @classmethod
     def parse(cls, text: str) -> "CostKey":
         """The inverse of str(): "draft:draft" -> CostKey("draft", "draft")."""
-        method, _, model = text.partition(":")
-        return cls(method, model)
+        return cls(*text.split(":", 1))

@@ -26,7 +26,6 @@ from ..proposers.base import Draft, Proposer
 from ..verify.coupling import CoupledNoise
 from ..verify.sampling import BatchSampling, sample
 from .logprobs import emitted_logprobs
-from .lookahead import Lookahead
 from .metrics import EngineMetrics
 from .policy import KPolicy, simple_policy
 from .round import RoundResult
@@ -59,7 +58,6 @@ class Engine:
             spec.method if spec.k != 0 else "none", target, spec,
             draft_model=draft, rows=config.max_batch, max_len=self.cache_len)
         self.policy = policy or simple_policy(spec)
-        self.lookahead = Lookahead() if self.policy.wants_accept_prob else None
         self.eos_ids = target.config.eos_ids
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -125,7 +123,6 @@ class Engine:
         # 3. Propose up to k tokens per row.
         draft = self.proposer.propose(batch, k) if k > 0 else Draft(self._no_draft[:B], lengths=[0] * B)
         key = self.proposer.cost_key()
-        look = self.lookahead.betas(batch, draft, key, batch.sampling) if self.lookahead and k > 0 else None
         num_draft = draft.num_tokens()
         caps = self.policy.row_caps()
         if caps is not None:
@@ -145,11 +142,11 @@ class Engine:
         chosen = [[len(s.token_ids) + j for j in range(kk + 1)] for s in batch]
         plain = plain_next(logits, batch.sampling, chosen) if kk == 0 else None
         if plain is not None:
-            (next_token, p_bonus), beta = plain, None
+            (next_token, _), beta = plain, None
             accepted = [0] * B
         else:
             n_draft_t = torch.tensor(num_draft, device=dev)
-            num_accepted, next_token, beta, p_bonus = verify_round(
+            num_accepted, next_token, beta, _ = verify_round(
                 logits, draft, n_draft_t, batch.sampling, chosen, self.policy.wants_accept_prob)
             accepted = num_accepted.tolist()             # the step's host sync
         next_ids = next_token.tolist()
@@ -168,13 +165,10 @@ class Engine:
             self.metrics.generated_tokens += len(seq.new_tokens)
         # 7. The proposer rolls back to the accepted prefix; the policy learns from the round.
         self.proposer.rollback(accepted)
-        if self.lookahead:
-            self.lookahead.remember(batch, k, key, num_draft, accepted, p_bonus)
         dt = time.perf_counter() - t0
         self.policy.observe(RoundResult(
             batch, k, key, num_draft, accepted, dt,
-            accept_prob=beta.tolist() if beta is not None else None,
-            lookahead=(look[0], look[1].tolist()) if look else None))
+            accept_prob=beta.tolist() if beta is not None else None))
         self.metrics.target_forwards += 1
         self.metrics.steps += 1
         self.metrics.step_time_s += dt

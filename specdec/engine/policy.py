@@ -1,8 +1,7 @@
 """How many tokens to draft each round: the KPolicy interface and its two simple policies.
 
-A policy returns the batch's k and, optionally, a per-row cap. The adaptive policy
-(`specdec.adaptive`, built above the engine and passed to it) maximises expected tokens
-per second; the fixed k and Hugging Face's +2/-1 heuristic are what it is compared with.
+The adaptive policy (`specdec.adaptive`, built above the engine and handed to it) maximises
+expected tokens per second; fixed k and Hugging Face's +2/-1 heuristic are its baselines.
 """
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ from .round import RoundResult
 class KPolicy(ABC):
     """Chooses k each round and learns from what the round did."""
     name = "policy"
-    # ask the engine for each draft's acceptance probability (RoundResult.accept_prob,
-    # .lookahead): a softmax overlap per draft, paid only by a policy that learns from it
+    # ask the engine for each draft's acceptance probability (RoundResult.accept_prob): a
+    # softmax overlap per draft, paid only by a policy that learns from it
     wants_accept_prob = False
 
     @abstractmethod

@@ -18,6 +18,3 @@ class RoundResult:
     # (B, k) each draft's acceptance probability given its context (verify.rejection.
     # acceptance_probability; greedy rows 0/1), when the policy asks for it
     accept_prob: list[list[float]] | None = None
-    # (position, (B,) acceptance probability or NaN): one position past the previous
-    # round's k, observed at no extra forward (engine/lookahead.py)
-    lookahead: tuple[int, list[float]] | None = None

@@ -29,11 +29,6 @@ class Draft:
     tokens: torch.Tensor                 # (B, k) int64, rows padded past `lengths`
     probs: torch.Tensor | None = None    # (B, k, V) draft distribution q, or None (one-hot)
     lengths: list[int] | None = None     # valid tokens per row; None = k for every row
-    # (B, V) the proposer's logits for the token after the previous round's last draft, where
-    # it computed them on the way (a draft model catching up after a fully accepted round
-    # feeds [d_k, bonus]); rows whose previous round was not fully accepted hold other logits.
-    # The engine turns them into an acceptance probability one position past k (lookahead.py).
-    lookahead_logits: torch.Tensor | None = None
 
     def num_tokens(self) -> list[int]:
         B, k = self.tokens.shape

@@ -51,7 +51,6 @@ class DraftModelProposer(Proposer):
         start = torch.tensor(lens[:B], device=dev)
         positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
         logits = self.model(tokens, positions, self.cache, num_layers=self.num_layers)  # (B, T, V)
-        after_first = logits[:, 0]      # (B, V) after [d_k, bonus]'s d_k: q one past last round's k
         logits = logits.gather(1, last[:, None, None].expand(B, 1, logits.shape[-1]))    # (B, 1, V)
         pos = start + last + 1                                                          # (B,)
         for b, f in enumerate(feeds):
@@ -65,7 +64,7 @@ class DraftModelProposer(Proposer):
             rest = native.draft_argmax(first_tok, pos, k - 1, self.cache, self.num_layers)  # (B, k-1)
             for b in range(B):
                 self.cache.advance(b, k - 1)
-            return Draft(tokens=torch.cat([first_tok[:, None], rest], 1), probs=None, lookahead_logits=after_first)
+            return Draft(tokens=torch.cat([first_tok[:, None], rest], 1), probs=None)
         u = None if s.all_argmax else s.uniforms(k)                                    # (B, k)
         first = [len(seq.token_ids) for seq in context]             # the position draft 0 fills
         out, qs = [], []
@@ -87,7 +86,7 @@ class DraftModelProposer(Proposer):
                     self.cache.advance(b, 1)
         tokens = torch.stack(out, 1) if out else torch.zeros(B, 0, dtype=torch.long, device=dev)
         probs = torch.stack(qs, 1) if qs else None                                     # (B, k, V)
-        return Draft(tokens=tokens, probs=probs, lookahead_logits=after_first)
+        return Draft(tokens=tokens, probs=probs)
 
     def rollback(self, num_accepted):
         if self._committed is None:   # no proposal this round (k = 0): nothing to roll back

@@ -1,19 +1,25 @@
 """AcceptanceTracker: per-request, per-position Beta estimates; acceptance probabilities
-instead of outcomes; observations past k; queued rounds folded in."""
+instead of outcomes; relaxation after plain rounds; queued rounds folded in."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from specdec.adaptive import acceptance
 from specdec.adaptive.acceptance import AcceptanceTracker
 
 
+def _tracker(k_max: int, rows: int) -> AcceptanceTracker:
+    acc = AcceptanceTracker(k_max)
+    for row in range(rows):
+        acc.start(row)
+    return acc
+
+
 def test_per_request_and_per_position_estimates():
-    acc = AcceptanceTracker(4)
-    acc.start(0)
-    acc.start(1)
+    acc = _tracker(4, 2)
     for _ in range(20):
-        acc.record("x", [4, 4], [4, 1])               # row 0 accepts all, row 1 stops at 2
+        acc.record("x", [4, 4], [4, 1], 4)               # row 0 accepts all, row 1 stops at 2
     a = acc.row_means("x", 2)
     assert a[0].min() > 0.8
     assert a[1, 0] > 0.8 and a[1, 1] < 0.3
@@ -23,56 +29,76 @@ def test_per_request_and_per_position_estimates():
     assert np.allclose(acc.row_means("x", 2)[1], a[0])
     acc.start(2)
     for _ in range(20):
-        acc.record("y", [0, 0, 2], [0, 0, 2], k=4)     # rows 0, 1 had nothing to propose
+        acc.record("y", [0, 0, 2], [0, 0, 2], 4)          # rows 0, 1 had nothing to propose
     assert acc.row_means("y", 3)[0, 0] < 0.3 and acc.row_means("y", 3)[2, 2] < 0.3
+
+
+def test_counts_of_one_round_exactly():
+    """One round, k = 4: row 0 made 4 drafts and had 2 accepted (successes at 1, 2, a failure
+    at 3, 4 unseen); row 1 made 1 and had it accepted (a failure at 2: no draft was made)."""
+    acc = _tracker(4, 2)
+    acc.record("x", [4, 1], [2, 1], 4)
+    acc.flush()
+    assert np.allclose(acc.rows_s, [[1, 1, 0, 0], [1, 0, 0, 0]])
+    assert np.allclose(acc.rows_f, [[0, 0, 1, 0], [0, 1, 0, 0]])
+    s, f = acc.keys["x"]
+    assert np.allclose(s, [2, 1, 0, 0]) and np.allclose(f, [0, 1, 1, 0])
+    # the proposer's means chain from PRIOR_MEAN: m_1 = (2 * 0.8 + 2) / 4, m_2 = (2 m_1 + 1) / 4, ..
+    m1 = (acceptance.PRIOR_N * acceptance.PRIOR_MEAN + 2) / (acceptance.PRIOR_N + 2)
+    m2 = (acceptance.PRIOR_N * m1 + 1) / (acceptance.PRIOR_N + 2)
+    m3 = (acceptance.PRIOR_N * m2) / (acceptance.PRIOR_N + 1)
+    assert acc.proposer_means("x") == pytest.approx([m1, m2, m3, m3])
+    n = acceptance.ROW_PRIOR_N
+    assert acc.row_means("x", 2)[0] == pytest.approx([(n * m1 + 1) / (n + 1), (n * m2 + 1) / (n + 1),
+                                                      n * m3 / (n + 1), m3])
 
 
 def test_acceptance_probabilities_replace_noisy_outcomes():
     """Fed beta_j, the estimate follows the acceptance probability whatever the 0/1 outcomes
     were; without it, the same unlucky outcomes drag the estimate down."""
-    rb, plain = AcceptanceTracker(4), AcceptanceTracker(4)
-    for acc in (rb, plain):
-        acc.start(0)
+    rb, plain = _tracker(4, 1), _tracker(4, 1)
     for _ in range(12):
-        m = 0                                              # an unlucky streak: rejected at once
-        rb.record("x", [4], [m], k=4, accept_prob=[[0.7, 0.7, 0.7, 0.7]])
-        plain.record("x", [4], [m], k=4)
+        rb.record("x", [4], [0], 4, accept_prob=[[0.7, 0.7, 0.7, 0.7]])     # rejected at once
+        plain.record("x", [4], [0], 4)
     assert abs(rb.row_means("x", 1)[0, 0] - 0.7) < 0.06
     assert plain.row_means("x", 1)[0, 0] < 0.3
     # positions past the first rejection are not counted; a draft that was not made fails
-    acc = AcceptanceTracker(4)
-    acc.start(0)
-    acc.record("y", [1], [1], k=4, accept_prob=[[0.9, 0.0, 0.0, 0.0]])
+    acc = _tracker(4, 1)
+    acc.record("y", [1], [1], 4, accept_prob=[[0.9]])
     acc.flush()
     s, f = acc.keys["y"]
     assert np.allclose(s, [0.9, 0, 0, 0]) and np.allclose(f, [0.1, 1, 0, 0])
     assert np.allclose(acc.rows_s[0], s) and np.allclose(acc.rows_f[0], f)
-    acc.record("y", [1], [0], k=4, accept_prob=[[0.5, 0.0, 0.0, 0.0]])      # older evidence decays
+    acc.record("y", [1], [0], 4, accept_prob=[[0.5]])                       # older evidence decays
     acc.flush()
-    assert np.allclose(acc.rows_s[0], [0.9 * 0.95 + 0.5, 0, 0, 0])
-    assert np.allclose(acc.keys["y"][0], [0.9 * 0.98 + 0.5, 0, 0, 0])
+    assert np.allclose(acc.rows_s[0], [0.9 * acceptance.ROW_DECAY + 0.5, 0, 0, 0])
+    assert np.allclose(acc.keys["y"][0], [0.9 * acceptance.PROPOSER_DECAY + 0.5, 0, 0, 0])
+
+
+def test_plain_rounds_relax_requests_fast_and_proposers_slowly():
+    acc = _tracker(2, 1)
+    acc.record("x", [2], [0], 2)
+    for _ in range(3):
+        acc.record("x", [0], [0], 0)
+    acc.flush()
+    assert acc.rows_f[0, 0] == pytest.approx(acceptance.ROW_DECAY ** 6)     # squared per plain round
+    assert acc.keys["x"][1][0] == pytest.approx(acceptance.PROPOSER_DECAY ** 3)
 
 
 @pytest.mark.parametrize("with_beta", [False, True])
 def test_queued_rounds_fold_in_exactly_as_one_at_a_time(with_beta):
     """The tracker queues rounds and folds runs of them at once: the same estimates as
-    folding each round as it comes, across k changes, idle rounds and positions past k."""
+    folding each round as it comes, across k changes, plain rounds and row moves."""
     rng = np.random.default_rng(1)
-    lazy, eager = AcceptanceTracker(5), AcceptanceTracker(5)
-    for t in (lazy, eager):
-        for row in range(3):
-            t.start(row)
+    lazy, eager = _tracker(5, 3), _tracker(5, 3)
     k, longest = 2, 0
     for i in range(60):
         if i % 7 == 0:
             k = int(rng.integers(0, 6))
-        acc = [int(x) for x in rng.integers(0, k + 1, 3)]
+        accepted = [int(x) for x in rng.integers(0, k + 1, 3)]
         prob = rng.random((3, k)).tolist() if with_beta and k else None
-        look = (k + 1, [float(x) if x > 0.5 else float("nan") for x in rng.random(3)])
         for t in (lazy, eager):
-            if i % 3 == 0 and k:
-                t.record_position("x", *look)
-            t.record("x", [k] * 3, acc, k, prob)
+            t.record("x", [k] * 3, accepted, k, prob)
         eager.flush()
         longest = max(longest, len(lazy._queue))
         if i == 30:
@@ -80,38 +106,11 @@ def test_queued_rounds_fold_in_exactly_as_one_at_a_time(with_beta):
                 t.move_row(2, 0)
     assert longest >= 5                                         # runs of rounds were folded at once
     assert np.allclose(lazy.row_means("x", 3), eager.row_means("x", 3))
-    assert np.allclose(lazy.keys["x"][0], eager.keys["x"][0]) and np.allclose(lazy.keys["x"][1], eager.keys["x"][1])
-
-
-def test_observation_past_k_counts_at_that_position_only():
-    """A lookahead beta lands at its own position, for the rows that have one; a position
-    beyond k_max is ignored. While k = 1 runs, position 2 then tracks its own evidence
-    instead of inheriting position 1's."""
-    acc = AcceptanceTracker(3)
-    for row in range(2):
-        acc.start(row)
-    acc.record_position("x", 2, [0.9, float("nan")])
-    acc.flush()
-    s, f = acc.keys["x"]
-    assert np.allclose(s, [0, 0.9, 0]) and np.allclose(f, [0, 0.1, 0])
-    assert np.allclose(acc.rows_s[:, 1], [0.9, 0]) and np.allclose(acc.rows_f[:, 1], [0.1, 0])
-    acc.record_position("x", 4, [1.0, 1.0])                  # past k_max: nothing to learn
-    acc.flush()
-    assert np.allclose(acc.keys["x"][0], [0, 0.9, 0])
-    inherit, look = AcceptanceTracker(3), AcceptanceTracker(3)
-    for t in (inherit, look):
-        t.start(0)
-    for _ in range(30):                                        # k = 1, every draft accepted w.p. 0.6
-        for t in (inherit, look):
-            t.record("y", [1], [1], k=1, accept_prob=[[0.6]])
-        look.record_position("y", 2, [0.95])
-    assert inherit.row_means("y", 1)[0, 1] < 0.7 < 0.9 < look.row_means("y", 1)[0, 1]
+    assert all(np.allclose(a, b) for a, b in zip(lazy.keys["x"], eager.keys["x"]))
 
 
 def test_row_tokens_mean_and_variance_of_a_round():
-    acc = AcceptanceTracker(3)
-    acc.start(0)
-    acc.start(1)
+    acc = _tracker(3, 2)
     a = acc.row_means("d", 2)[0]                                # the prior's E[a_j], same for both rows
     mean, var = acc.row_tokens("d", [50, 2])
     assert mean.sum(axis=0) == pytest.approx(acc.expected_tokens("d", [50, 2]))

@@ -1,15 +1,16 @@
-"""AdaptiveK: chooses k from a (synthetic) cost model and live acceptance; continuous batching
-gives every request the tokens it gets alone."""
+"""AdaptiveK: chooses k from a (synthetic) cost table and live acceptance; continuous batching
+gives every request the tokens it gets alone; building it measures only in make_policy."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from specdec.adaptive.drift import Drift
-from specdec.adaptive.policy import AdaptiveK
+from specdec.adaptive.drain import drain_seconds
+from specdec.adaptive.policy import RECHECK, TIE, AdaptiveK, near_best
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.costs.cost_model import DRAFT_KEY, CostModel
+from specdec.costs.key import CostKey
 from specdec.engine.engine import Engine
 from specdec.engine.round import RoundResult
 from specdec.engine.sequence import Sequence
@@ -36,12 +37,19 @@ class FakeDraft(Proposer):
         return DRAFT_KEY
 
 
-def observe(pol, batch, k, num_draft, accepted, dt):
-    pol.observe(RoundResult(batch, k, DRAFT_KEY, list(num_draft), list(accepted), dt))
+class FakeNgram(FakeDraft):
+    name = "ngram"
+
+    def cost_key(self):
+        return CostKey("ngram")
 
 
-def make_policy(cost, n=4, max_new=1000):
-    pol = AdaptiveK(K_MAX, FakeDraft(), cost)
+def observe(pol, batch, k, num_draft, accepted, dt, accept_prob=None):
+    pol.observe(RoundResult(batch, k, pol.proposer.cost_key(), list(num_draft), list(accepted), dt, accept_prob))
+
+
+def make_policy(cost, n=4, max_new=1000, proposer=None):
+    pol = AdaptiveK(K_MAX, proposer or FakeDraft(), cost)
     batch = [Sequence(list(range(2, 12)), SamplingParams(max_new_tokens=max_new)) for _ in range(n)]
     for row, seq in enumerate(batch):
         pol.start(row, seq)
@@ -67,7 +75,6 @@ def test_zero_acceptance_stops_drafting():
 
 
 def test_plain_decoding_reevaluates_every_few_rounds_and_at_once_when_the_batch_changes():
-    from specdec.adaptive.policy import RECHECK
     pol, batch = make_policy(MEMORY_BOUND)
     run(pol, batch, lambda k: 0, 30)                         # settled on k = 0
     calls = []
@@ -81,7 +88,6 @@ def test_plain_decoding_reevaluates_every_few_rounds_and_at_once_when_the_batch_
 
 
 def test_steady_drafting_reevaluates_every_few_rounds_and_near_a_requests_end():
-    from specdec.adaptive.policy import RECHECK
     pol, batch = make_policy(MEMORY_BOUND)
     run(pol, batch, lambda k: k, 30)                         # settled on a long k
     calls = []
@@ -129,14 +135,12 @@ def test_no_drafting_for_requests_about_to_finish():
 
 
 def _spy_run(target, draft, temperature, n=2, max_new=24):
-    """Run the adaptive engine; record what each observe() got and the contexts before it."""
-    seen, before = [], {}
+    """Run the adaptive engine; record what each observe() got."""
+    seen = []
 
     class Spy(AdaptiveK):
         def observe(self, r):
-            seen.append({"k": r.k, "b": len(r.batch), "ap": r.accept_prob, "look": r.lookahead,
-                         "ctx": [before.get(s.id) for s in r.batch], "acc": list(r.accepted)})
-            before.update({s.id: list(s.token_ids) for s in r.batch})
+            seen.append({"k": r.k, "b": len(r.batch), "ap": r.accept_prob, "acc": list(r.accepted)})
             super().observe(r)
 
     spec = SpecConfig(method="draft", k="auto", k_max=4)
@@ -158,97 +162,6 @@ def test_engine_reports_acceptance_probabilities_to_the_adaptive_policy(tiny_tar
     for x in drafted:
         k, b, ap = x["k"], x["b"], x["ap"]
         assert len(ap) == b and all(len(row) == k and all(0.0 <= v <= 1.0 for v in row) for row in ap)
-
-
-def _next_probs(model, ids, temperature):
-    import torch
-    with torch.inference_mode():
-        logits = model(torch.tensor([ids]), torch.arange(len(ids))[None])[0, -1]
-    return torch.softmax(logits / temperature, -1) if temperature > 0 else logits
-
-
-@pytest.mark.parametrize("temperature", [1.0, 0.0])
-def test_lookahead_beta_one_past_a_fully_accepted_draft(tiny_target, tiny_draft, temperature):
-    """After a round that accepted all k drafts, the next round reports beta_{k+1}: the overlap
-    of target and draft at the bonus position (greedy: argmax agreement), checked here
-    against both models run from scratch on the same context."""
-    import torch
-    from tests.conftest import perturbed
-    # greedy needs a closer draft: random tiny models' argmaxes rarely agree
-    draft = tiny_draft if temperature > 0 else perturbed(tiny_target, 0.01)
-    seen = _spy_run(tiny_target, draft, temperature, n=4, max_new=60)
-    checked = 0
-    for prev, x in zip(seen, seen[1:]):
-        if x["look"] is None:
-            continue
-        pos, betas = x["look"]
-        assert pos == prev["k"] + 1
-        for ctx, beta in zip(x["ctx"], betas):
-            if beta != beta:                                   # NaN: nothing observed for this row
-                continue
-            ids = ctx[:-1]                                     # context before the bonus token
-            p, q = _next_probs(tiny_target, ids, temperature), _next_probs(draft, ids, temperature)
-            want = (float(torch.minimum(p, q).sum()) if temperature > 0
-                    else float(q.argmax() == ctx[-1]))
-            assert beta == pytest.approx(want, abs=2e-3)
-            checked += 1
-    assert checked >= 3
-    # rows that were not fully accepted report nothing
-    for prev, x in zip(seen, seen[1:]):
-        if x["look"] is not None and prev["b"] == x["b"]:
-            for acc, beta in zip(prev["acc"], x["look"][1]):
-                assert (acc == prev["k"]) == (beta == beta)
-
-
-def test_overhead_fit_recovers_intercept_and_slope():
-    fit = Drift(K_MAX)
-    for i in range(400):
-        k = i % (K_MAX + 1)
-        fit.add(4, k, 0.002 + 0.0005 * k)
-    pred = fit.predict(4, np.array([0, 8]))
-    assert pred == pytest.approx([0.002, 0.006], rel=0.05)
-    # a batch size not seen yet starts from the fit over all batch sizes
-    assert fit.predict(2, np.array([3]))[0] == pytest.approx(0.0035, rel=0.05)
-    assert Drift(K_MAX).predict(2, np.array([3]))[0] == 0.0     # nothing seen at all
-
-
-def test_overhead_seen_at_one_k_moves_every_k_alike():
-    fit = Drift(K_MAX)
-    for _ in range(10):
-        fit.add(16, 2, -0.4)                        # steps 33% faster than the model, at k = 2
-    pred = fit.predict(16, np.arange(K_MAX + 1))
-    assert pred[2] == pytest.approx(-0.4, rel=0.1)
-    assert np.allclose(pred, pred[2])                   # no slope from one k: k = 8 is not cheaper
-
-
-def test_overhead_learns_a_k_that_sits_off_the_line():
-    """A kernel cliff the cost model missed: k = 3 runs 30% over the model while k = 2 and 4 run
-    as modelled. A line cannot fit that; each k's own residual, shrunk toward it, does."""
-    fit = Drift(K_MAX)
-    for i in range(300):
-        k = (2, 3, 4)[i % 3]
-        fit.add(1, k, 0.26 if k == 3 else 0.0)
-    p2, p3, p4 = fit.predict(1, np.array([2, 3, 4]))
-    assert p3 - p2 > 0.15 and p3 - p4 > 0.15 and abs(p2 - p4) < 0.01     # 0.26 apart, shrunk
-    assert fit.predict(1, np.array([6]))[0] == pytest.approx(0.26 / 3, abs=0.01)   # unseen: the line
-
-
-@pytest.mark.parametrize("factor", [0.6, 1.5])
-def test_a_uniformly_faster_or_slower_machine_does_not_change_the_choice(factor):
-    """Steps that all run `factor` times the model's time (a model measured in a slow or fast
-    spell): the same k as on the model's machine."""
-    chosen = {}
-    for f in (1.0, factor):
-        pol, batch = make_policy(MEMORY_BOUND, n=16)
-        rng = np.random.default_rng(0)
-        ks = []
-        for _ in range(60):
-            k = pol.choose(batch)
-            accepted = [int(np.argmin(np.append(rng.random(k) < 0.7, False))) for _ in batch]  # alpha 0.7
-            observe(pol, batch, k, [k] * 16, accepted, f * pol.step_times(16, 10, DRAFT_KEY)[k])
-            ks.append(k)
-        chosen[f] = ks
-    assert chosen[factor] == chosen[1.0]
 
 
 def _alone(target, prompt, n):
@@ -280,27 +193,7 @@ def test_continuous_batching_matches_each_request_alone(tiny_target, k):
     assert any(kk > 0 for kk in eng.metrics.k_hist) and eng.metrics.num_accepted_tokens > 0
 
 
-def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
-    from specdec.adaptive.policy import RECHECK
-    pol, batch = make_policy(MEMORY_BOUND)
-    run(pol, batch, lambda k: 0, 30)                          # settled on k = 0
-    pol._idle_rounds = pol._since = RECHECK              # due for an evaluation
-    pol.choose(batch)
-    charged = np.array(pol.last_choice["times"])
-    pol._idle_rounds, pol._since = 0, RECHECK
-    pol.choose(batch)
-    fresh = np.array(pol.last_choice["times"])
-    assert charged[0] == pytest.approx(fresh[0])              # plain decoding pays nothing
-    assert charged[1:] - fresh[1:] == pytest.approx(0.0005)   # RECHECK tokens * t_draft / RECHECK
-    # a resuming step that ran 20 ms over the model after 4 plain rounds: 5 ms per token
-    pol._idle_rounds, pol._prev_k, pol._since = 4, 0, RECHECK
-    pol.choose(batch)
-    observe(pol, batch, 1, [1] * 4, [0] * 4, float(pol._pred[1]) + 0.020)
-    assert pol._resume[len(batch)] == pytest.approx(0.005)
-
-
 def test_near_ties_between_drafting_lengths_go_to_the_smaller_k():
-    from specdec.adaptive.policy import TIE, near_best
     rate = np.array([1.0, 1.5, 2.0, 2.0 * (1 + TIE / 2), 1.9])
     assert near_best(rate) == 2                              # k = 3 is better, but by less than TIE
     rate[3] = 2.0 * (1 + 2 * TIE)
@@ -309,7 +202,6 @@ def test_near_ties_between_drafting_lengths_go_to_the_smaller_k():
 
 
 def test_whether_to_draft_at_all_is_a_plain_argmax():
-    from specdec.adaptive.policy import TIE, near_best
     # k = 1 beats plain by less than the margin: still drafted (the margin is only between k >= 1)
     assert near_best(np.array([1.0, 1.0 + TIE / 4, 0.9])) == 1
     # k = 2 is best but within the margin of k = 1, which itself beats plain: k = 1
@@ -338,3 +230,124 @@ def test_building_an_auto_engine_with_a_cost_model_times_nothing(tiny_target, ti
     # and the engine alone cannot make one: k = "auto" needs the policy from above
     with pytest.raises(Exception, match="adaptive policy"):
         Engine(tiny_target, SpecConfig(method="draft", k="auto"), EngineConfig(max_model_len=64), draft=tiny_draft)
+
+
+# ---- known answers on a synthetic cost table -------------------------------------------------
+# batch 1, no draft model (an n-gram-like proposer): a round verifying k drafts costs
+# 10 ms + 4 ms per draft, so with every position accepted w.p. alpha
+#   rate(k) = (1 - alpha^(k+1)) / (1 - alpha) / (0.010 + 0.004 k)
+LINEAR = CostModel.from_function(lambda b, q, L: b * (0.010 + 0.004 * (q - 1)), k_max=K_MAX)
+
+
+def _exact_choice(alpha: float) -> int:
+    ks = np.arange(K_MAX + 1)
+    return near_best((1 - alpha ** (ks + 1)) / (1 - alpha) / (0.010 + 0.004 * ks))
+
+
+@pytest.mark.parametrize("alpha,want", [(0.8, 2), (0.5, 1), (0.3, 0), (0.9, 3)])
+def test_the_choice_is_the_argmax_of_tokens_per_second(alpha, want):
+    """Fed acceptance probabilities alpha at every position, the estimates converge on alpha
+    and the policy drafts the k that maximises (1 - alpha^(k+1)) / (1 - alpha) / t(1, k)."""
+    assert _exact_choice(alpha) == want                   # the hand-computed answers
+    pol, batch = make_policy(LINEAR, n=1, proposer=FakeNgram())
+    for _ in range(300):                                  # evidence at every position, whatever k
+        observe(pol, batch, K_MAX, [K_MAX], [K_MAX], 0.0, accept_prob=[[alpha] * K_MAX])
+    assert pol.acc.row_means(CostKey("ngram"), 1) == pytest.approx(np.full((1, K_MAX), alpha), abs=0.02)
+    pol._since = RECHECK
+    assert pol.choose(batch) == want
+    ks = np.arange(K_MAX + 1)
+    assert pol.last_choice["times"] == pytest.approx(0.010 + 0.004 * ks)   # t(1, k) read off the table
+
+
+def test_the_batch_sums_its_rows_and_the_table_is_read_at_its_size():
+    """Four rows, two accepting at 0.9 and two at 0.2: one k for the batch, from the summed
+    expected tokens, priced at t(4, k) = 4 times batch 1's."""
+    pol, batch = make_policy(LINEAR, n=4, proposer=FakeNgram())
+    for _ in range(300):
+        observe(pol, batch, K_MAX, [K_MAX] * 4, [K_MAX] * 4, 0.0,
+                accept_prob=[[0.9] * K_MAX, [0.9] * K_MAX, [0.2] * K_MAX, [0.2] * K_MAX])
+    pol._since = RECHECK
+    k = pol.choose(batch)
+    a = pol.acc.row_means(CostKey("ngram"), 4)
+    reach = np.hstack([np.ones((4, 1)), np.cumprod(a, axis=1)])
+    tokens = np.cumsum(reach, axis=1).sum(axis=0)
+    ks = np.arange(K_MAX + 1)
+    assert pol.last_choice["tokens"] == pytest.approx(tokens)
+    assert pol.last_choice["times"] == pytest.approx(4 * (0.010 + 0.004 * ks))
+    assert k == near_best(tokens / (4 * (0.010 + 0.004 * ks))) == 1          # rates 100, 111, 110, 107: k = 1
+
+
+def test_remaining_tokens_cap_the_expected_tokens():
+    """A row with 2 tokens left gains nothing past k = 1: E[tokens] stops growing there."""
+    pol, batch = make_policy(LINEAR, n=1, max_new=2, proposer=FakeNgram())
+    for _ in range(100):
+        observe(pol, batch, K_MAX, [K_MAX], [K_MAX], 0.0, accept_prob=[[0.95] * K_MAX])
+    pol._since = RECHECK
+    k = pol.choose(batch)
+    tokens = pol.last_choice["tokens"]
+    assert tokens[1] > tokens[0] and tokens[2:] == pytest.approx([tokens[1]] * (K_MAX - 1)) and k == 1
+
+
+def test_a_draining_batch_minimises_its_finish_time():
+    """Nobody waits: the choice is the argmin of drain.py's expected finish time over the
+    steps at each batch size, not the full batch's rate."""
+    class Draining(list):
+        draining = True
+    pol, rows = make_policy(LINEAR, n=4, max_new=40, proposer=FakeNgram())
+    batch = Draining(rows)
+    for _ in range(60):
+        observe(pol, batch, K_MAX, [K_MAX] * 4, [K_MAX] * 4, 0.0, accept_prob=[[0.7] * K_MAX] * 4)
+    pol._since = RECHECK
+    k = pol.choose(batch)
+    ks = np.arange(K_MAX + 1)
+    step = np.array([[s * (0.010 + 0.004 * kk) for kk in ks] for s in (1, 2, 3, 4)])     # (4, K+1)
+    mean, var = pol.acc.row_tokens(CostKey("ngram"), [40] * 4)
+    finish = drain_seconds(mean, var, [40] * 4, step)
+    assert pol.last_choice["score"] == pytest.approx(1 / finish)
+    assert k == near_best(1 / finish)
+    pol._since = RECHECK
+    assert pol.choose(batch[:1]) == near_best(np.array(pol.last_choice["tokens"]) / pol.last_choice["times"])
+
+
+def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
+    """After n plain rounds every k > 0 costs min(n, RECHECK) * t_draft / RECHECK more: 4 rows,
+    t_draft = 0.5 ms, n >= RECHECK: 0.5 ms a round; plain decoding pays nothing."""
+    pol, batch = make_policy(MEMORY_BOUND)
+    pol._since = RECHECK
+    pol.choose(batch)
+    fresh = np.array(pol.last_choice["times"])
+    for n in (1, RECHECK, RECHECK + 3):
+        pol._idle, pol._since = n, RECHECK
+        pol.choose(batch)
+        charged = np.array(pol.last_choice["times"])
+        assert charged[0] == pytest.approx(fresh[0])
+        assert charged[1:] - fresh[1:] == pytest.approx(min(n, RECHECK) * 0.0005 / RECHECK)
+    pol._idle = 0
+    observe(pol, batch, 0, [0] * 4, [0] * 4, 0.01)
+    observe(pol, batch, 0, [0] * 4, [0] * 4, 0.01)
+    assert pol._idle == 2
+    observe(pol, batch, 1, [1] * 4, [0] * 4, 0.01)
+    assert pol._idle == 0
+
+
+def test_make_policy_measures_the_cost_table_once_and_caches_it(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """Without a cost model, make_policy builds one: forwards, and real rounds at every grid row
+    up to max_batch, k = 0..k_max, greedy and sampled; a second build reads it from disk."""
+    import specdec.build as build
+    import specdec.costs.profiling as profiling
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(profiling, "time_forwards", lambda model, b, L, qs, *a, **kw: {q: 1e-3 * q for q in qs})
+    timed = []
+
+    def timer(key, b, ks, sampled):
+        timed.append((b, sampled, tuple(ks)))
+        return {k: (0.01 * b + 0.002 * k, 64.0) for k in ks}
+    monkeypatch.setattr(build, "round_timer", lambda target, spec, draft=None: timer)
+    spec = SpecConfig(method="draft", k="auto", k_max=3)
+    eng = make_engine(Models(tiny_target, None, tiny_draft), spec, EngineConfig(max_batch=3, max_model_len=64))
+    assert sorted(timed) == [(b, s, (0, 1, 2, 3)) for b in (1, 2, 3) for s in (False, True)]
+    assert eng.policy.cost.t_round(DRAFT_KEY, 2, 3, 64, sampled=True) == pytest.approx(0.026)
+    timed.clear()
+    monkeypatch.setattr(profiling, "time_forwards", lambda *a, **kw: pytest.fail("timed forwards again"))
+    again = make_engine(Models(tiny_target, None, tiny_draft), spec, EngineConfig(max_batch=3, max_model_len=64))
+    assert not timed and again.policy.cost.t_round(DRAFT_KEY, 2, 3, 64, sampled=True) == pytest.approx(0.026)

@@ -1,18 +1,19 @@
-"""Whole-round costs: the overhead table, its cache, lazy measurement and the real-step timer."""
+"""Whole-round costs: the round table t(b, k), its cache, and the real-step timer."""
 from __future__ import annotations
 
 import pytest
 
+from specdec.adaptive.calibrate import middle_mean, paired, round_timer, synthetic_prompts
 from specdec.config import SpecConfig
 from specdec.costs import cache as cm_mod
 from specdec.costs import cost_model
 from specdec.costs.cost_model import DRAFT_KEY, CostModel
-from specdec.costs.rounds import RoundTable, load_table, round_ks, save_table, theil_sen
-from specdec.adaptive.calibrate import PERIOD, middle_mean, round_timer, synthetic_prompts
 from specdec.costs.report import cost_table
+from specdec.costs.rounds import RoundTable, theil_sen
 
 FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
 FWD = lambda b, k, L: 0.010 + 0.001 * b + 0.002 * k                 # noqa: E731  forward-only model
+ZERO = lambda b, k, L: 0.0                                          # noqa: E731
 
 
 @pytest.fixture
@@ -54,26 +55,22 @@ def test_the_drafting_line_passes_through_the_measured_k1_step():
     k = 1 below its measured step, where it competes with plain decoding."""
     steps = {0: 0.027, 1: 0.048, 2: 0.065, 3: 0.092, 4: 0.113, 8: 0.224}
     t = RoundTable({(64, k): (v, 100.0) for k, v in steps.items()})
-    zero = lambda b, k, L: 0.0                                             # noqa: E731
     a, c = theil_sen({k: v for k, v in steps.items() if k})
     assert a + c < 0.048 - 0.003                                           # the plain fit's k = 1
-    assert t.step(64, 1, zero) == pytest.approx(0.048)
-    assert t.step(64, 5, zero) == pytest.approx(0.048 + 4 * c)            # the robust slope from there
-    assert t.step(64, 3, zero) == pytest.approx(max(0.092, 0.048 + 2 * c))   # measured above it: its own
+    assert t.step(64, 1, ZERO) == pytest.approx(0.048)
+    assert t.step(64, 5, ZERO) == pytest.approx(0.048 + 4 * c)            # the robust slope from there
+    assert t.step(64, 3, ZERO) == pytest.approx(max(0.092, 0.048 + 2 * c))   # measured above it: its own
 
 
 def test_a_measured_step_above_the_line_stands_for_its_k():
-    """Stock kernels have cliffs in the number of positions (batch 1 on this project's machine:
-    7.7, 9.5, 11.5, 15.1, 16.9, 18.5 ms for k = 0..5, the jump at k = 3 real, engine steps
-    measured 16.0 ms there): the line through k = 1 would price k = 3 at 13.4 ms and draft it
-    where k = 2 was 8% faster."""
+    """A kernel cliff at 4 positions (batch 1, stock kernels: 7.7, 9.5, 11.5, 15.1, 16.9,
+    18.5 ms for k = 0..5): the line through k = 1 would price k = 3 at 13.4 ms."""
     steps = {0: 7.7, 1: 9.5, 2: 11.5, 3: 15.1, 4: 16.9, 5: 18.5, 6: 20.8, 7: 22.3, 8: 24.0}
     t = RoundTable({(1, k): (v / 1e3, 150.0) for k, v in steps.items()})
-    zero = lambda b, k, L: 0.0                                             # noqa: E731
-    a, c = t._fit(1)[1]
-    assert a + 3 * c < 0.0135                                              # the line: k = 3 too cheap
-    assert t.step(1, 3, zero) == pytest.approx(0.0151)
-    assert t.step(1, 2, zero) == pytest.approx(max(0.0115, a + 2 * c))
+    a, c = t.line(1)
+    assert a + 3 * c < 0.0135
+    assert t.step(1, 3, ZERO) == pytest.approx(0.0151)
+    assert t.step(1, 2, ZERO) == pytest.approx(max(0.0115, a + 2 * c))
 
 
 def test_a_measured_step_below_the_line_gives_way_to_it():
@@ -81,92 +78,77 @@ def test_a_measured_step_below_the_line_gives_way_to_it():
     apart (noise): believed, it drew adaptive to k = 4, 0.93x the best fixed k."""
     steps = {0: 24.1, 1: 33.4, 2: 40.4, 3: 48.0, 4: 52.0, 5: 61.1, 6: 67.6, 7: 75.7, 8: 84.1}
     t = RoundTable({(16, k): (v / 1e3, 150.0) for k, v in steps.items()})
-    zero = lambda b, k, L: 0.0                                             # noqa: E731
-    a, c = t._fit(16)[1]
-    assert t.step(16, 4, zero) == pytest.approx(a + 4 * c) and a + 4 * c > 0.054
+    a, c = t.line(16)
+    assert t.step(16, 4, ZERO) == pytest.approx(a + 4 * c) and a + 4 * c > 0.054
 
 
 def test_steps_between_rows_follow_the_forwards_and_unmeasured_is_none():
     t = table({1: {0: 0.0, 1: 0.001}, 4: {0: 0.0, 1: 0.004}})
     assert t.step(2, 1, FWD) == pytest.approx(FWD(2, 1, 100) + 0.002)
-    assert t.step(16, 1, FWD) == pytest.approx(FWD(16, 1, 100) + 0.004)   # offset clamped past the last row
+    assert t.step(16, 1, FWD) == pytest.approx(FWD(16, 1, 100) + 0.004)   # offset held past the last row
     assert RoundTable().step(3, 2, FWD) is None
     assert table({1: {0: 0.001}}).step(1, 3, FWD) is None                  # no drafting measured
 
 
-def test_round_ks_and_table_cache(tmp_path):
-    req, opt = round_ks(8)
-    assert req == [0, 1, 8] and opt[0] == 4 and sorted(opt) == [2, 3, 4, 5, 6, 7] and round_ks(1) == ([0, 1], [])
-    t = table({1: {0: 0.0, 1: 0.001}})
-    path, ident = tmp_path / "r.json", {"m": "x"}
-    save_table(t, path, ident, busy=False)
-    assert load_table(path, ident, busy_now=False).points == t.points
-    assert load_table(path, {"m": "y"}, busy_now=False).points == {}             # another model
-    save_table(t, path, ident, busy=True)
-    assert load_table(path, ident, busy_now=True).points == t.points
-    assert load_table(path, ident, busy_now=False).points == {}                  # re-measure when quiet
-    path.write_text("{not json")
-    assert load_table(path, ident, busy_now=False).points == {}
-
-
-def test_ensure_rounds_measures_lazily_and_caches(cache, tiny_target, tiny_draft, monkeypatch):
-    calls = []
-
+def _timer(calls, speed=(1.0,)):
     def timer(key, b, ks, sampled):
         calls.append((key, b, tuple(ks), sampled))
-        return {k: (0.02 + 0.003 * k + 0.001 * b, 64.0) for k in ks}
+        return {k: ((0.02 + 0.003 * k + 0.001 * b) * speed[0], 64.0) for k in ks}
+    return timer
 
-    cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
-    assert cm.t_round(DRAFT_KEY, 1, 2) == pytest.approx(cm.forward_round(DRAFT_KEY, 1, 2))
-    cm.attach_round_timer(timer)
-    assert cm.ensure_rounds(1, DRAFT_KEY)
-    assert calls == [(DRAFT_KEY, 1, (0, 1, 4), False)]
+
+def test_measure_rounds_times_whole_rows_and_caches_them(cache, tiny_target, tiny_draft, monkeypatch):
+    cm = CostModel.load_or_measure(tiny_target, tiny_draft, k_max=4, batch_sizes=[1, 4], timing=FAST)
+    assert cm.t_round(DRAFT_KEY, 1, 2) == pytest.approx(cm.forward_round(DRAFT_KEY, 1, 2))   # none yet
+    calls = []
+    cm.measure_rounds(_timer(calls), DRAFT_KEY, [1, 4], sampled=False)
+    assert calls == [(DRAFT_KEY, 1, (0, 1, 2, 3, 4), False), (DRAFT_KEY, 4, (0, 1, 2, 3, 4), False)]
     assert cm.t_round(DRAFT_KEY, 1, 4, 64) == pytest.approx(0.02 + 0.012 + 0.001)   # the measured step
-    assert cm.t_round(DRAFT_KEY, 1, 0, 64) == pytest.approx(0.02 + 0.001)
-    assert cm.ensure_rounds(1, DRAFT_KEY) and calls[-1][2] == (0, 2)    # then interior k, next to k = 0
-    while cm.ensure_rounds(1, DRAFT_KEY):
-        pass
-    assert sorted(cm.rounds[(DRAFT_KEY, False)].ks(1)) == [0, 1, 2, 3, 4]
-    assert cm.ensure_rounds(3, DRAFT_KEY, sampled=True, everything=True)
-    sampled_calls = [c for c in calls if c[3]]
-    assert {c[1] for c in sampled_calls} == {2, 4}                                         # rows around b=3
-    assert all(sorted(c[2]) == [0, 1, 2, 3, 4] for c in sampled_calls)                     # each row at once
-    assert not cm.ensure_rounds(1, None)
-    # a second cost model for the same models finds the table on disk
-    again = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
-    again.attach_round_timer(lambda *a: pytest.fail("measured again"))
-    assert not again.ensure_rounds(1, DRAFT_KEY)                 # everything is cached
+    assert cm.t_round(DRAFT_KEY, 4, 0, 64) == pytest.approx(0.024)
+    assert cm.t_round(DRAFT_KEY, 1, 4, 64, sampled=True) == pytest.approx(cm.forward_round(DRAFT_KEY, 1, 4, 64))
+    assert "draft:draft|greedy" in cost_table(cm)["rounds"]
+    # another cost model for the same models reads the table; a new row is timed whole
+    again = CostModel.load_or_measure(tiny_target, tiny_draft, k_max=4, batch_sizes=[1, 4], timing=FAST)
+    calls.clear()
+    again.measure_rounds(_timer(calls), DRAFT_KEY, [1, 2, 4], sampled=False)
+    assert calls == [(DRAFT_KEY, 2, (0, 1, 2, 3, 4), False)]
     assert again.t_round(DRAFT_KEY, 1, 4, 64) == pytest.approx(0.033)
-    assert "draft:draft|greedy" in cost_table(again)["rounds"]
-    # a table timed by an older way of timing rounds is not trusted
+    # a larger k_max re-times rows that lack its k, in one go
+    wider = CostModel.load_or_measure(tiny_target, tiny_draft, k_max=5, batch_sizes=[1], timing=FAST)
+    calls.clear()
+    wider.measure_rounds(_timer(calls), DRAFT_KEY, [1], sampled=False)
+    assert calls == [(DRAFT_KEY, 1, (0, 1, 2, 3, 4, 5), False)]
+    # tables timed another way are not trusted
     monkeypatch.setattr(cost_model, "ROUNDS_VERSION", cost_model.ROUNDS_VERSION + 1)
-    newer = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
-    newer.attach_round_timer(timer)
-    assert newer.ensure_rounds(1, DRAFT_KEY)
+    calls.clear()
+    again.measure_rounds(_timer(calls), DRAFT_KEY, [1], sampled=False)
+    assert calls
 
 
-def test_interior_k_is_scaled_to_the_rows_earlier_timing(cache, tiny_target, tiny_draft):
-    """An interior k timed later, on a machine running 30% slower, is brought back to the
-    speed at which the row's other points were timed, via the k = 0 step timed with it."""
-    speed = [1.0]
-
-    def timer(key, b, ks, sampled):
-        return {k: ((0.02 + 0.003 * k) * speed[0], 64.0) for k in ks}
-
-    cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
-    cm.attach_round_timer(timer)
-    assert cm.ensure_rounds(1, DRAFT_KEY)                   # k = 0, 1, 4 at speed 1
-    speed[0] = 1.3
-    assert cm.ensure_rounds(1, DRAFT_KEY)                   # k = 2, in a slow spell
-    points = cm.rounds[(DRAFT_KEY, False)].points
-    assert points[(1, 2)][0] == pytest.approx(0.026) and points[(1, 0)][0] == pytest.approx(0.02)
+def test_a_round_table_from_a_busy_machine_is_timed_again_when_quiet(cache, tiny_target, tiny_draft, monkeypatch):
+    cm = CostModel.load_or_measure(tiny_target, tiny_draft, k_max=2, timing=FAST)
+    monkeypatch.setattr(cm_mod, "contended", lambda: True)
+    calls = []
+    cm.measure_rounds(_timer(calls), DRAFT_KEY, [1], sampled=True)
+    cm.measure_rounds(_timer(calls), DRAFT_KEY, [1], sampled=True)
+    assert len(calls) == 1 and cm.rounds[(DRAFT_KEY, True)].contended
+    monkeypatch.setattr(cm_mod, "contended", lambda: False)
+    cm.measure_rounds(_timer(calls), DRAFT_KEY, [1], sampled=True)
+    assert len(calls) == 2 and not cm.rounds[(DRAFT_KEY, True)].contended
 
 
 def test_synthetic_prompts_repeat_a_segment():
-    ps = synthetic_prompts(100, 3, 40)
+    ps = synthetic_prompts(100, 3, 40, period=5)
     assert len(ps) == 3 and all(len(p) == 40 for p in ps)
-    assert all(p[i] == p[i + PERIOD] for p in ps for i in range(40 - PERIOD))
+    assert all(p[i] == p[i + 5] for p in ps for i in range(35))
     assert middle_mean([1.0, 2.0, 3.0, 100.0]) == 2.5
+
+
+def test_paired_times_cancel_a_slow_spell_across_a_pass():
+    plain = [10.0, 10.0, 20.0, 20.0]            # passes 3 and 4 ran in a slow spell, and a
+    drafting = [17.0, 34.0, 34.0, 34.0]         # burst hit pass 2's drafting step alone
+    assert paired(plain, drafting) / middle_mean(plain) == pytest.approx(1.7)
+    assert middle_mean(drafting) / middle_mean(plain) == pytest.approx(34 / 15)   # unpaired
 
 
 def test_round_timer_steps_real_engines(tiny_target, tiny_draft):
@@ -184,18 +166,6 @@ def test_round_timer_steps_real_engines(tiny_target, tiny_draft):
     assert all(more[k][1] > out[k][1] for k in out)
 
 
-def test_implausible_rows_are_timed_again(cache, tiny_target, tiny_draft):
-    from specdec.costs.rounds import plausible
-    assert plausible({0: (0.01, 1), 1: (0.012, 1), 8: (0.03, 1)})
-    assert not plausible({0: (0.04, 1), 1: (0.02, 1), 8: (0.03, 1)})      # plain dearer than drafting
-    answers = [{0: (0.04, 64.0), 1: (0.02, 64.0), 4: (0.03, 64.0)},
-               {0: (0.01, 64.0), 1: (0.02, 64.0), 4: (0.03, 64.0)}]
-    cm = CostModel.load_or_measure(tiny_target, tiny_draft, quick=True, k_max=4, timing=FAST)
-    cm.attach_round_timer(lambda key, b, ks, sampled: answers.pop(0))
-    assert cm.ensure_rounds(1, DRAFT_KEY)
-    assert not answers and cm.rounds[(DRAFT_KEY, False)].points[(1, 0)][0] == 0.01
-
-
 def test_round_timer_fits_the_models_context(tiny_target, tiny_draft):
     ctx = tiny_target.config.max_position_embeddings
     timer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=ctx, warmup=1,
@@ -204,16 +174,7 @@ def test_round_timer_fits_the_models_context(tiny_target, tiny_draft):
     assert sorted(out) == [0, 8] and all(L < ctx for _t, L in out.values())
 
 
-def test_paired_times_cancel_a_slow_spell_across_a_pass():
-    from specdec.adaptive.calibrate import paired
-    plain = [10.0, 10.0, 20.0, 20.0]            # passes 3 and 4 ran in a slow spell, and a
-    drafting = [17.0, 34.0, 34.0, 34.0]         # burst hit pass 2's drafting step alone
-    assert paired(plain, drafting) / middle_mean(plain) == pytest.approx(1.7)
-    assert middle_mean(drafting) / middle_mean(plain) == pytest.approx(34 / 15)   # unpaired
-
-
-def test_round_timer_times_drafting_k_in_groups_beside_plain(tiny_target, tiny_draft, monkeypatch):
-    import specdec.adaptive.calibrate as cal
+def test_round_timer_times_each_drafting_k_beside_plain(tiny_target, tiny_draft, monkeypatch):
     import specdec.engine.engine as eng
     built = []
     real = eng.Engine.__init__
@@ -224,8 +185,7 @@ def test_round_timer_times_drafting_k_in_groups_beside_plain(tiny_target, tiny_d
     monkeypatch.setattr(eng.Engine, "__init__", counting)
     timer = round_timer(tiny_target, SpecConfig(method="draft", k=2), tiny_draft, prompt_len=20,
                         warmup=1, steps=3, budget_s=0.0)
-    out = timer(DRAFT_KEY, 1, [0, 1, 2, 3, 5], False)
-    assert sorted(out) == [0, 1, 2, 3, 5]
-    groups = [built[i:i + cal.GROUP + 1] for i in range(0, len(built), cal.GROUP + 1)]
-    assert groups == [[0, 1, 2], [0, 3, 5]]
-    assert sorted(timer(DRAFT_KEY, 1, [4], False)) == [4]          # k = 0 is timed as the anchor
+    assert sorted(timer(DRAFT_KEY, 1, [0, 1, 2, 5], False)) == [0, 1, 2, 5]
+    assert built == [0, 1, 0, 2, 0, 5]
+    built.clear()
+    assert sorted(timer(DRAFT_KEY, 1, [4], False)) == [4] and built == [0, 4]      # k = 0 is the anchor
