@@ -6,6 +6,7 @@ with the `speculative` extension. SIGTERM/SIGINT drain in-flight requests (up to
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import signal
 import threading
@@ -36,6 +37,9 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--allow-request-speculation", action=argparse.BooleanOptionalAction, default=True,
+                   help="honour a request's `speculative` field (default: yes; each new (method, k) "
+                        "builds an engine of its own)")
     add_compile_arg(p)
     add_method_args(p)
     p.set_defaults(func=run)
@@ -63,7 +67,8 @@ def run(args) -> int:
     cfg = ServerConfig(spec=spec, max_batch=args.max_batch, max_queue=args.max_queue,
                        max_model_len=args.max_model_len, api_key=args.api_key,
                        request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes,
-                       model_name=args.served_model_name or Path(target).resolve().name)
+                       model_name=args.served_model_name or Path(target).resolve().name,
+                       allow_request_speculation=args.allow_request_speculation)
     app = create_app(models, cfg)
     # SIGTERM/SIGINT: stop accepting, let open requests finish (bounded by
     # timeout_graceful_shutdown), run the lifespan shutdown (stops the engine thread), exit 0.

@@ -19,7 +19,7 @@ import torch
 
 from ..batch import Batch
 from ..config import EngineConfig, SamplingParams, SpecConfig
-from ..errors import ConfigError, PromptError
+from ..errors import ConfigError
 from ..models.llama import LlamaModel, padded
 from ..proposers import create as create_proposer
 from ..proposers.base import Draft, Proposer
@@ -30,6 +30,7 @@ from .metrics import EngineMetrics
 from .policy import KPolicy, simple_policy
 from .round import RoundResult
 from .sequence import Sequence, Status
+from .validation import check_request
 from .verification import plain_next, verify_round
 
 
@@ -69,15 +70,8 @@ class Engine:
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], params: SamplingParams = SamplingParams()) -> Sequence:
         """Queue a request. Raises PromptError for an empty or over-long prompt."""
-        if not prompt_ids:
-            raise PromptError("empty prompt")
         V = self.target.config.vocab_size
-        if any((not isinstance(t, int)) or t < 0 or t >= V for t in prompt_ids):
-            raise PromptError(f"prompt token ids must be integers in [0, {V})")
-        total = len(prompt_ids) + params.max_new_tokens
-        if total > self.config.max_model_len:
-            raise PromptError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({params.max_new_tokens}) "
-                              f"= {total} exceeds the context length {self.config.max_model_len}")
+        check_request(prompt_ids, params.max_new_tokens, V, self.config.max_model_len)
         seq = Sequence(prompt_ids, params, self.eos_ids)
         if params.coupled:
             seq.noise = CoupledNoise(seq.seed, V)

@@ -28,7 +28,8 @@ from .metrics import ServerMetrics
 from .events import HTTPError, abort_on_disconnect, events, sse
 from .events import usage as usage_of
 from .text import ChatFormatter, TextStream
-from .worker import Handle, QueueFull, ShuttingDown, Worker
+from .handle import Handle, QueueFull, ShuttingDown
+from .worker import Worker
 
 
 @dataclass
@@ -41,6 +42,7 @@ class ServerConfig:
     request_timeout: float = 600.0
     model_name: str = "specdec"
     max_engines: int = 4
+    allow_request_speculation: bool = True   # honour a request's `speculative` field
     # A context's worth of text is at most a few hundred KB (2,048 tokens of a few bytes each,
     # or their ids as JSON); 8 MiB leaves room for long chat histories and refuses bodies
     # whose parsing and tokenizing alone would hold the server for seconds.
@@ -182,6 +184,9 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             raise HTTPError(400, str(e))
 
     def spec_key(req) -> tuple:
+        if req.speculative is not None and not cfg.allow_request_speculation:
+            raise HTTPError(400, "per-request speculation is turned off on this server "
+                                 "(--no-allow-request-speculation)", param="speculative")
         opts = req.speculative or P.SpeculativeOptions()
         method = opts.method or cfg.spec.method
         k = cfg.spec.k if opts.k is None else opts.k

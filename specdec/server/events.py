@@ -15,7 +15,8 @@ from fastapi import Request
 from ..errors import SpecdecError
 from . import protocol as P
 from .text import TextStream
-from .worker import Handle, Worker
+from .handle import Handle
+from .worker import Worker
 
 
 class HTTPError(Exception):

@@ -5,7 +5,9 @@ the loaded target (and draft) weights; each has its own KV cache and continuous 
 thread steps every engine with work once per loop, so requests join and leave their batch
 between steps. At most `max_batch` requests run at once over all engines; the rest wait in
 one FIFO queue of at most `max_queue` (beyond that `submit` raises QueueFull -> HTTP 429).
-Idle engines beyond `max_engines` are dropped to bound memory.
+An engine a request asks for is built in a thread of its own (its calibration may take
+seconds), so requests for the engines that exist keep running; idle engines beyond
+`max_engines` are dropped to bound memory, never the default one.
 
 The asyncio side talks to the thread only through queues: `submit`/`abort` put commands on
 a thread-safe inbox; the thread answers on each request's asyncio.Queue via
@@ -14,64 +16,17 @@ a thread-safe inbox; the thread answers on each request's asyncio.Queue via
 from __future__ import annotations
 
 import asyncio
-import itertools
 import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..build import Models, make_engine
 from ..engine.engine import Engine
-from ..errors import PromptError
+from ..engine.validation import check_request
+from .handle import Handle, QueueFull, ShuttingDown, SpecKey
 from .metrics import ServerMetrics
-
-SpecKey = tuple[str, object]
-
-
-class QueueFull(Exception):
-    """The waiting queue is full (HTTP 429)."""
-
-
-class ShuttingDown(Exception):
-    """The server is draining (HTTP 503)."""
-
-
-@dataclass
-class Handle:
-    """One request as the two sides see it. Fields after `events` belong to the engine thread."""
-    prompt_ids: list[int]
-    params: SamplingParams
-    key: SpecKey
-    deadline: float
-    loop: asyncio.AbstractEventLoop
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
-    id: int = field(default_factory=itertools.count().__next__)
-    t_submit: float = field(default_factory=time.perf_counter)
-    seq: object = None                 # engine.sequence.Sequence once admitted
-    sent: int = 0                      # output tokens already delivered
-    t_last: float | None = None
-    done: bool = False
-
-    def post(self, kind: str, value=None) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
-        except RuntimeError:           # the event loop is closed: nobody is listening
-            pass
-
-
-def validate_prompt(prompt_ids: list[int], params: SamplingParams, vocab: int, max_model_len: int) -> None:
-    """The checks Engine.add_request makes, run on the request thread so errors are immediate."""
-    if not prompt_ids:
-        raise PromptError("empty prompt")
-    if any((not isinstance(t, int)) or t < 0 or t >= vocab for t in prompt_ids):
-        raise PromptError(f"prompt token ids must be integers in [0, {vocab})")
-    total = len(prompt_ids) + params.max_new_tokens
-    if total > max_model_len:
-        raise PromptError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_new_tokens}) "
-                          f"= {total} exceeds the context length {max_model_len}")
-
 
 class Worker:
     def __init__(self, models: Models, default_spec: SpecConfig, config: EngineConfig,
@@ -93,6 +48,8 @@ class Worker:
         self._closing = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="specdec-engine", daemon=True)
+        self._default: SpecKey | None = None      # never evicted
+        self._building: set[SpecKey] = set()       # engines being made off the engine thread
 
     # ---- asyncio side ----------------------------------------------------------------------
     @property
@@ -107,12 +64,14 @@ class Worker:
         """Build the default speculative config's engine (an adaptive policy may measure its
         cost model here, before any request waits on it), then start the engine thread."""
         spec = self.default_spec
-        self._engine(("none", 0) if spec.method == "none" or spec.k == 0 else (spec.method, spec.k))
+        self._default = ("none", 0) if spec.method == "none" or spec.k == 0 else (spec.method, spec.k)
+        self._install(self._default, self._make(self._default))
         self._thread.start()
 
     def submit(self, prompt_ids: list[int], params: SamplingParams, key: SpecKey,
                loop: asyncio.AbstractEventLoop) -> Handle:
-        validate_prompt(prompt_ids, params, self.models.target.config.vocab_size, self.max_model_len)
+        check_request(prompt_ids, params.max_new_tokens, self.models.target.config.vocab_size,
+                      self.max_model_len, budget_name="max_tokens")
         with self._lock:
             if self._closing:
                 raise ShuttingDown("the server is shutting down")
@@ -163,7 +122,8 @@ class Worker:
     def _loop(self) -> None:
         while not self._stop.is_set():
             busy = any(e.has_unfinished() for e in self.engines.values())
-            self._drain_inbox(block=not busy and not self._pending)
+            stuck = all(h.key in self._building for h in self._pending)   # only builds to wait for
+            self._drain_inbox(block=not busy and stuck)
             self._admit()
             self._expire()
             for key, eng in list(self.engines.items()):
@@ -182,7 +142,14 @@ class Worker:
             return
         while True:
             kind, h, reason = cmd
-            if kind == "add":
+            if kind == "built":              # h is the key, reason the engine or its error
+                self._building.discard(h)
+                if isinstance(reason, Exception):
+                    for p in [p for p in self._pending if p.key == h]:
+                        self._drop_pending(p, None, error=reason)
+                else:
+                    self._install(h, reason)
+            elif kind == "add":
                 self._pending.append(h)
             elif kind == "abort" and not h.done:
                 if h.seq is None:
@@ -195,21 +162,39 @@ class Worker:
                 return
 
     def _engine(self, key: SpecKey) -> Engine | None:
-        """The engine for `key`, created on first use; None while every slot is busy."""
+        """The engine for `key`; None while it is being built (in a thread of its own, so
+        that building and calibrating it stalls no other request) or while every slot is
+        busy. Idle engines other than the default are evicted to make room."""
         if key in self.engines:
             return self.engines[key]
-        if len(self.engines) >= self.max_engines:
-            idle = [k for k, e in self.engines.items() if not e.has_unfinished() and not self._active.get(k)]
+        if key in self._building:
+            return None
+        if len(self.engines) + len(self._building) >= self.max_engines:
+            idle = [k for k, e in self.engines.items()
+                    if k != self._default and not e.has_unfinished() and not self._active.get(k)]
             if not idle:
                 return None
-            for k in idle:
-                del self.engines[k], self._snaps[k]
-                self._active.pop(k, None)
+            del self.engines[idle[0]], self._snaps[idle[0]]
+            self._active.pop(idle[0], None)
+        self._building.add(key)
+        threading.Thread(target=self._build, args=(key,), name=f"specdec-build-{key[0]}", daemon=True).start()
+        return None
+
+    def _make(self, key: SpecKey) -> Engine:
         method, k = key
         spec = SpecConfig(method=method, k=k, k_max=self.default_spec.k_max, options=self.default_spec.options)
-        self.engines[key] = make_engine(self.models, spec, self.config)
+        return make_engine(self.models, spec, self.config)
+
+    def _build(self, key: SpecKey) -> None:
+        """Off the engine thread: make the engine, then hand it (or the error) to the loop."""
+        try:
+            self._inbox.put(("built", key, self._make(key)))
+        except Exception as e:  # a bad config: the requests that asked for it fail
+            self._inbox.put(("built", key, e))
+
+    def _install(self, key: SpecKey, eng: Engine) -> None:
+        self.engines[key] = eng
         self._snaps[key], self._active[key] = {}, {}
-        return self.engines[key]
 
     def _admit(self) -> None:
         for h in list(self._pending):

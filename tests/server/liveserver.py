@@ -39,10 +39,13 @@ def live_server(models, **cfg):
 
 
 def wait_idle(app, timeout: float = 10.0) -> None:
-    """Wait until the engine thread has no request in flight."""
+    """Wait until the engine thread has no request in flight; fail loudly if it never is."""
     w = app.state.worker
     end = time.time() + timeout
-    while (w.num_running or w.num_waiting) and time.time() < end:
+    while w.num_running or w.num_waiting:
+        if time.time() > end:
+            raise AssertionError(f"the server was still busy after {timeout:g} s "
+                                 f"({w.num_running} running, {w.num_waiting} waiting)")
         time.sleep(0.02)
 
 

@@ -1,0 +1,70 @@
+"""Per-request speculation: a new engine is built off the engine thread, so the requests of
+the engines that exist keep streaming meanwhile; the default engine is never evicted."""
+import json
+import threading
+import time
+
+import httpx
+
+from liveserver import live_server, wait_idle
+from specdec.config import SpecConfig
+from specdec.server.worker import Worker
+
+BUILD_S = 2.0          # an artificially slow build (a calibration): long against a token's time
+
+
+def test_a_slow_build_stalls_no_other_stream(tiny_models, monkeypatch):
+    real = Worker._make
+    built_at = {}
+
+    def slow(self, key):
+        if key != self._default:
+            time.sleep(BUILD_S)
+            built_at[key] = time.time()
+        return real(self, key)
+    monkeypatch.setattr(Worker, "_make", slow)
+    with live_server(tiny_models, spec=SpecConfig(method="draft", k=3), model_name="tiny") as (url, app):
+        stamps = []
+
+        def stream():
+            body = {"prompt": "def f(x):", "max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True}
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        stamps.append(time.time())
+        t = threading.Thread(target=stream)
+        t.start()
+        while len(stamps) < 3:
+            time.sleep(0.01)
+        asked = time.time()                       # a request that needs a new engine
+        r = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 4,
+                                                      "speculative": {"method": "ngram", "k": 2}}, timeout=60)
+        t.join()
+        assert r.status_code == 200, r.text
+        done = built_at[("ngram", 2)]
+        during = [s for s in stamps if asked < s < done]
+        # the default stream kept going while the other engine was being built
+        assert len(during) >= 5, (len(during), len(stamps))
+        wait_idle(app)
+        assert app.state.worker.leaks() == []
+
+
+def test_the_default_engine_is_never_evicted(tiny_models):
+    with live_server(tiny_models, spec=SpecConfig(method="draft", k=3), model_name="tiny", max_engines=2) as (url, app):
+        for method in ("ngram", "suffix", "none"):
+            body = {"prompt": "x", "max_tokens": 3, "speculative": {"method": method, "k": 2}}
+            assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200
+            wait_idle(app)
+            assert ("draft", 3) in app.state.worker.engines
+        assert len(app.state.worker.engines) <= 2
+        health = httpx.get(url + "/health").json()
+        assert (health["running"], health["waiting"]) == (0, 0), json.dumps(health)
+
+
+def test_request_speculation_can_be_turned_off(tiny_models):
+    with live_server(tiny_models, spec=SpecConfig(method="draft", k=3), model_name="tiny",
+                     allow_request_speculation=False) as (url, _):
+        r = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2,
+                                                      "speculative": {"method": "ngram"}})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "speculative"
+        assert httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}).status_code == 200
