@@ -78,3 +78,14 @@ def test_forward_is_bitwise_shape_invariant(name, kernel):
                     assert torch.equal(got[i], alone[r]), (name, kernel, batch, chunk, r)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_negative_control_the_stock_kernel_fails_the_grid():
+    """Stock F.linear (MKL) is not shape-invariant: the same grid catches it, so the test
+    above can fail (SPECDEC_LINEAR=stock gives up the guarantee, docs/exactness.md)."""
+    model = make_model(0, prepare=False).prepare(KERNELS["stock"]())
+    lengths = _prompt_lengths(5)
+    tokens = torch.randint(2, model.config.vocab_size, (5, max(lengths) + NEW), generator=torch.Generator().manual_seed(3))
+    alone = [_score(model, tokens, lengths, [r], 1)[0] for r in range(5)]
+    got = _score(model, tokens, lengths, list(range(5)), 9)
+    assert any(not torch.equal(got[r], alone[r]) for r in range(5))

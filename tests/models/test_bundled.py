@@ -9,7 +9,14 @@ from specdec.cli import main
 from specdec.defaults import MODELS_DIR, default_draft
 from specdec.models.loader import load_model
 
-NAMES = [n for n in ("target", "draft", "draft-distill") if (MODELS_DIR / n / "config.json").exists()]
+NAMES = ("target", "draft", "draft-distill")
+
+
+def test_every_bundled_checkpoint_is_there():
+    """The tests below are parametrised over these folders: a missing one must fail, not
+    silently take its tests with it."""
+    for n in NAMES:
+        assert (MODELS_DIR / n / "config.json").exists(), MODELS_DIR / n
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -40,6 +47,10 @@ def test_generate_with_no_flags_prints_python(capsys):
     assert code == 0 and len(out["token_ids"]) > 0
     text = out["text"]
     assert "\n" in text and any(w in text for w in ("return", "=", "(", "if ", "parser"))
+    # the defaults speculate; what they print is plain greedy decoding's text, token for token
+    assert main(["generate", "--prompt", "def parse_args(argv):", "--max-new-tokens", "48", "--json",
+                 "--k", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] == out["token_ids"]
 
 
 def test_the_bundled_target_runs_a_row_invariant_kernel(monkeypatch):

@@ -5,7 +5,7 @@ import torch
 from specdec.config import SpecConfig
 from specdec.errors import ConfigError
 from specdec.proposers import create
-from specdec.adaptive.layers import choose_layers, measure_layers
+from specdec.adaptive.layers import measure_layers
 from tests.conftest import make_model, random_prompts
 
 
@@ -51,8 +51,15 @@ def test_measure_and_choose(four_layer):
     for r in rows:
         assert 0 <= r["acceptance_rate"] <= 1 and r["tokens_per_s"] > 0
         assert 1 <= r["mean_acceptance_length"] <= 3
-    best = choose_layers(four_layer, prompts, k=2, new_tokens=8, candidates=[1, 3])
-    assert best in (1, 3)
+
+
+
+@pytest.mark.parametrize("rates,best", [({1: 150.0, 3: 120.0}, 1), ({1: 90.0, 3: 130.0}, 3)])
+def test_choose_takes_the_fastest_measured_depth(four_layer, monkeypatch, rates, best):
+    import specdec.adaptive.layers as L
+    rows = [{"layers": 0, "tokens_per_s": 100.0}] + [{"layers": n, "tokens_per_s": r} for n, r in rates.items()]
+    monkeypatch.setattr(L, "measure_layers", lambda *a, **kw: rows)
+    assert L.choose_layers(four_layer, [[1, 2, 3]], k=2, candidates=list(rates)) == best
 
 
 def test_depth_is_required_below_build_and_calibrated_once_by_it(four_layer):
@@ -60,6 +67,13 @@ def test_depth_is_required_below_build_and_calibrated_once_by_it(four_layer):
     spec = SpecConfig(method="layerskip", k=2)
     with pytest.raises(ConfigError, match="layerskip_layers"):
         create("layerskip", four_layer, spec, rows=1, max_len=128)    # the proposer never measures
-    a, b = resolve_spec(four_layer, spec), resolve_spec(four_layer, spec)
+    a = resolve_spec(four_layer, spec)
+    import specdec.adaptive.layers as L
+    real = L.measure_layers
+    L.measure_layers = lambda *a_, **kw: pytest.fail("calibrated twice: the cached choice was not used")
+    try:
+        b = resolve_spec(four_layer, spec)
+    finally:
+        L.measure_layers = real
     p = create("layerskip", four_layer, a, rows=1, max_len=128)
     assert 1 <= p.layers <= 3 and a.opts["layerskip_layers"] == b.opts["layerskip_layers"] == p.layers

@@ -94,6 +94,11 @@ def test_seeded_sampling_is_reproducible(client, server):
     a = client.completions.create(**kw).choices[0].text
     b = client.completions.create(**kw).choices[0].text
     assert a == b
+    # and the seed is what makes it so: other seeds give other text, and so does greedy
+    others = {client.completions.create(**{**kw, "seed": s}).choices[0].text for s in range(8, 14)}
+    assert len(others - {a}) >= 4
+    greedy = client.completions.create(**{**kw, "temperature": 0, "seed": None}).choices[0].text
+    assert greedy != a or len(others) > 1
     wait_idle(server[1])
     assert server[1].state.worker.leaks() == []
 

@@ -94,3 +94,39 @@ def test_greedy_stops_at_first_mismatch():
     assert (n_acc.item(), nxt.item()) == (1, 3)   # recovered token at the mismatch
     n_acc, nxt = greedy_verify(logits, torch.tensor([[2, 3, 4]]), torch.tensor([3]))
     assert (n_acc.item(), nxt.item()) == (3, 5)   # bonus token after all accepted
+
+
+def test_a_three_token_chain_emits_each_position_from_its_own_p():
+    """k = 3 with a different p and q at every position: the j-th emitted token, among rows
+    that emitted more than j tokens, is distributed as p_j (each p_j here is fixed, so it
+    does not depend on the prefix), and the bonus after three accepted drafts as p_3."""
+    g = torch.Generator().manual_seed(11)
+    p = torch.stack([_dist(1, 2, 3, 4, 5, 6), _dist(6, 1, 1, 1, 1, 2), _dist(1, 1, 4, 4, 1, 1),
+                     _dist(2, 2, 2, 1, 1, 1)])                                     # (k+1, V)
+    q = torch.stack([_dist(3, 3, 1, 1, 1, 1), _dist(1, 1, 1, 1, 1, 6), _dist(1, 2, 1, 2, 1, 2)])  # (k, V)
+    n, k = 60000, 3
+    drafts = torch.stack([torch.multinomial(q[j], n, replacement=True, generator=g) for j in range(k)], 1)
+    num_acc, nxt = rejection_verify(p.expand(n, -1, -1), q.expand(n, -1, -1), drafts,
+                                    torch.full((n,), k), torch.rand(n, k, generator=g), torch.rand(n, generator=g))
+    emitted = [drafts[i, :a].tolist() + [t] for i, (a, t) in enumerate(zip(num_acc.tolist(), nxt.tolist()))]
+    for j in range(k + 1):
+        tokens = [e[j] for e in emitted if len(e) > j]
+        counts = np.bincount(tokens, minlength=V)
+        expected = p[j].double().numpy()
+        assert chisquare(counts, expected / expected.sum() * len(tokens)).pvalue > 1e-3, j
+    # and acceptance at each position is sum_x min(p_j, q_j), given the earlier ones
+    for j in range(k):
+        reached = (num_acc >= j).sum().item()
+        rate = (num_acc > j).sum().item() / reached
+        assert abs(rate - torch.minimum(p[j], q[j]).sum().item()) < 4 * (0.25 / reached) ** 0.5, j
+
+
+def test_acceptance_probability_is_one_minus_tv():
+    g = torch.Generator().manual_seed(5)
+    p = torch.softmax(torch.randn(4, 3, V, generator=g), -1)
+    q = torch.softmax(torch.randn(4, 2, V, generator=g), -1)
+    drafts = torch.randint(0, V, (4, 2), generator=g)
+    beta = acceptance_probability(p, q, drafts)
+    assert torch.allclose(beta, 1 - 0.5 * (p[:, :2] - q).abs().sum(-1), atol=1e-6)
+    one_hot = acceptance_probability(p, None, drafts)
+    assert torch.allclose(one_hot, p[:, :2].gather(2, drafts[:, :, None]).squeeze(2))
