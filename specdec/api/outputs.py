@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..engine.metrics import acceptance_rate, mean_acceptance_length
 from ..engine.sequence import Sequence
 from ..models.tokenizer import Tokenizer
 
@@ -23,12 +24,12 @@ class SpecStats:
     @property
     def mean_acceptance_length(self) -> float:
         """Tokens gained per draft round: 1 + accepted / drafts (1.0 without drafts)."""
-        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+        return mean_acceptance_length(self.num_accepted_tokens, self.num_drafts)
 
     @property
     def acceptance_rate(self) -> float:
         """accepted / proposed tokens (0.0 without drafts)."""
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+        return acceptance_rate(self.num_accepted_tokens, self.num_draft_tokens)
 
     @property
     def per_position_acceptance(self) -> list[float]:

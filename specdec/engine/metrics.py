@@ -5,6 +5,16 @@ import time
 from dataclasses import dataclass, field
 
 
+def mean_acceptance_length(accepted: int, drafts: int) -> float:
+    """vLLM's: tokens gained per draft round, 1 + accepted / drafts (1.0 without drafts)."""
+    return 1 + accepted / drafts if drafts else 1.0
+
+
+def acceptance_rate(accepted: int, proposed: int) -> float:
+    """Accepted over proposed draft tokens (0.0 without drafts)."""
+    return accepted / proposed if proposed else 0.0
+
+
 def count_positions(accepted_per_pos: list[int], num_draft: int, num_accepted: int) -> None:
     """vLLM's per-position count: a round that drafted `num_draft` tokens and had the first
     `num_accepted` accepted adds one at positions 0..num_accepted-1 (grown as needed)."""
@@ -39,11 +49,11 @@ class EngineMetrics:
 
     @property
     def mean_acceptance_length(self) -> float:
-        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+        return mean_acceptance_length(self.num_accepted_tokens, self.num_drafts)
 
     @property
     def acceptance_rate(self) -> float:
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+        return acceptance_rate(self.num_accepted_tokens, self.num_draft_tokens)
 
     def as_dict(self) -> dict:
         return {
