@@ -123,27 +123,29 @@ class Engine:
             num_draft = [min(n, c) for n, c in zip(num_draft, caps)]
         kk = draft.tokens.shape[1]
         # 4. One target forward over [pending, d_1..d_k] for every row. Inputs are built on
-        #    the host from lists: two small tensors, not a chain of cat/arange/clamp ops.
+        #    the host from lists: two small tensors, not a chain of cat/arange/clamp ops. A
+        #    greedy batch has the forward compute its argmaxes too.
         dev = self.device
         draft_rows = draft.tokens.tolist() if kk else [[] for _ in batch]
         last = self.cache_len - 1
         tokens = torch.tensor([[s.token_ids[-1]] + d for s, d in zip(batch, draft_rows)], device=dev)  # (B, k+1)
         pos_rows = [[min(n + j, last) for j in range(kk + 1)] for n in self.cache.lengths[:B]]
         positions = torch.tensor(pos_rows, device=dev)                                  # (B, k+1)
-        logits = self.target(tokens, positions, self.cache)                             # (B, k+1, V)
+        sampling = batch.sampling
+        best = (torch.empty(B, kk + 1, dtype=torch.long, device=dev)
+                if sampling.all_argmax and not sampling.any_coupled else None)          # (B, k+1)
+        logits = self.target(tokens, positions, self.cache, argmax_out=best)            # (B, k+1, V)
+        target_argmax = best.tolist() if best is not None else None                     # the host sync
         # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
         #    (no drafts) only picks the next token. chosen[b][j]: the position output j fills.
         chosen = [[len(s.token_ids) + j for j in range(kk + 1)] for s in batch]
-        plain = plain_next(logits, batch.sampling, chosen) if kk == 0 else None
-        if plain is not None:
-            (next_token, _), beta = plain, None
+        next_ids = plain_next(logits, target_argmax, sampling, chosen) if kk == 0 else None
+        beta = None
+        if next_ids is not None:
             accepted = [0] * B
         else:
-            n_draft_t = torch.tensor(num_draft, device=dev)
-            num_accepted, next_token, beta, _ = verify_round(
-                logits, draft, n_draft_t, batch.sampling, chosen, self.policy.wants_accept_prob)
-            accepted = num_accepted.tolist()             # the step's host sync
-        next_ids = next_token.tolist()
+            accepted, next_ids, beta = verify_round(logits, target_argmax, draft, draft_rows, num_draft,
+                                                    sampling, chosen, self.policy.wants_accept_prob)
         # 6. Commit: advance the cache past the accepted drafts and the new token (the
         #    rejected drafts' entries stay beyond the row's length, masked: the rollback),
         #    append the tokens, check stop conditions.
@@ -162,7 +164,7 @@ class Engine:
         dt = time.perf_counter() - t0
         self.policy.observe(RoundResult(
             batch, k, key, num_draft, accepted, dt,
-            accept_prob=beta.tolist() if beta is not None else None))
+            accept_prob=beta))
         self.metrics.target_forwards += 1
         self.metrics.steps += 1
         self.metrics.step_time_s += dt

@@ -1,5 +1,6 @@
 """One round's verification, for the engine: the target's logits and the draft in, the
-accepted counts and the next token out. Pure functions over the verify/ rules."""
+accepted counts and the next token out, as host lists. Pure functions over the verify/
+rules."""
 from __future__ import annotations
 
 import torch
@@ -10,41 +11,48 @@ from ..verify.rejection import acceptance_probability, rejection_verify
 from ..verify.sampling import BatchSampling, sample
 
 
-def plain_next(logits, sampling: BatchSampling, chosen: list[list[int]]):
-    """(next_token (B,), p (B, V) or None) for a round without drafts, or None for a batch
-    mixing argmax and sampled rows (verification handles that). Same draws as
-    verification's."""
+def plain_next(logits, target_argmax: list[list[int]] | None, sampling: BatchSampling,
+               chosen: list[list[int]]) -> list[int] | None:
+    """The next token per row for a round without drafts, or None for a batch mixing argmax
+    and sampled rows (verification handles that). Same draws as verification's.
+    target_argmax: the forward's (B, 1) argmaxes when it computed them (greedy batches)."""
     if sampling.all_argmax:
-        return sampling.scores(logits, chosen)[:, 0].argmax(-1), None
+        if target_argmax is not None:
+            return [best[0] for best in target_argmax]
+        return sampling.scores(logits, chosen)[:, 0].argmax(-1).tolist()
     if not sampling.any_argmax:
         p = sampling.probs(logits)[:, 0]                                            # (B, V)
-        return sample(p, sampling.uniforms(1)[:, 0]), p
+        return sample(p, sampling.uniforms(1)[:, 0]).tolist()
     return None
 
 
-def verify_round(logits, draft: Draft, n_draft, sampling: BatchSampling, chosen: list[list[int]],
-                 want_beta: bool):
-    """-> (num_accepted (B,), next_token (B,), beta (B, k) or None, p_bonus (B, V) or None).
-    Greedy and coupled rows are verified by argmax on their scores, the others by
-    rejection sampling. beta, each draft's acceptance probability, is computed for
-    sampled batches when `want_beta` (the policy learns from it; argmax acceptance is
-    already deterministic given the context); p_bonus is the target's distribution after the
-    last draft (sampled batches)."""
-    tokens = draft.tokens.to(logits.device)
+def verify_round(logits, target_argmax: list[list[int]] | None, draft: Draft, draft_rows: list[list[int]],
+                 num_draft: list[int], sampling: BatchSampling, chosen: list[list[int]], want_beta: bool):
+    """-> (num_accepted (B,), next_token (B,), beta (B, k) or None), host lists.
+    Greedy and coupled rows are verified by argmax on their scores (target_argmax, when the
+    forward computed it, for greedy batches), the others by rejection sampling. beta, each
+    draft's acceptance probability, is computed for sampled batches when `want_beta` (the
+    policy learns from it; argmax acceptance is already deterministic given the context)."""
     if sampling.all_argmax:
-        return (*greedy_verify(sampling.scores(logits, chosen), tokens, n_draft), None, None)
+        if target_argmax is None:
+            target_argmax = sampling.scores(logits, chosen).argmax(-1).tolist()     # (B, k+1)
+        return (*greedy_verify(target_argmax, draft_rows, num_draft), None)
+    dev = logits.device
+    tokens = draft.tokens.to(dev)
     p = sampling.probs(logits)                                                      # (B, k+1, V)
     kk = tokens.shape[1]
     u = sampling.uniforms(kk + 1)
-    n_acc, nxt = rejection_verify(p, draft.probs, tokens, n_draft, u[:, :kk], u[:, kk])
+    n_acc, nxt = rejection_verify(p, draft.probs, tokens, torch.tensor(num_draft, device=dev),
+                                  u[:, :kk], u[:, kk])
     beta = (acceptance_probability(p, draft.probs, tokens)                          # (B, k)
             if kk > 0 and want_beta else None)
     if sampling.any_argmax:
-        scores = sampling.scores(logits, chosen)                                    # (B, k+1, V)
-        g_acc, g_nxt = greedy_verify(scores, tokens, n_draft)
-        n_acc = torch.where(sampling.argmax_mask, g_acc, n_acc)
-        nxt = torch.where(sampling.argmax_mask, g_nxt, nxt)
+        best = sampling.scores(logits, chosen).argmax(-1)                           # (B, k+1)
+        g_acc, g_nxt = greedy_verify(best.tolist(), draft_rows, num_draft)
+        mask = sampling.argmax_mask
+        n_acc = torch.where(mask, torch.tensor(g_acc, device=dev), n_acc)
+        nxt = torch.where(mask, torch.tensor(g_nxt, device=dev), nxt)
         if beta is not None:
-            match = (tokens == scores[:, :kk].argmax(-1)).to(beta.dtype)
-            beta = torch.where(sampling.argmax_mask[:, None], match, beta)
-    return n_acc, nxt, beta, p[:, kk]
+            match = (tokens == best[:, :kk]).to(beta.dtype)
+            beta = torch.where(mask[:, None], match, beta)
+    return n_acc.tolist(), nxt.tolist(), beta.tolist() if beta is not None else None

@@ -182,19 +182,23 @@ class LlamaModel(nn.Module):
         return emb.cos(), emb.sin()
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
-                num_layers: int | None = None, hidden_only: bool = False):
+                num_layers: int | None = None, hidden_only: bool = False,
+                argmax_out: torch.Tensor | None = None):
         """tokens, positions: (B, T) int64 -> logits (B, T, V).
 
         With a cache, K/V are written at `positions` for rows [0, B) and each query attends to
         the cached keys at positions <= its own. `num_layers` runs only the first layers
-        (layer-skip self-speculation uses it with a cache of its own).
+        (layer-skip self-speculation uses it with a cache of its own). `argmax_out`, a (B, T)
+        int64 tensor, receives each position's argmax (torch.argmax's answer); the compiled
+        decoder computes it while the logits are in cache, which spares a greedy round its
+        tensor ops after the forward.
         """
         if cache is not None and not torch.is_grad_enabled():
             if self.native is not None:
-                return self.native(tokens, positions, cache, num_layers, hidden_only)
+                return self.native(tokens, positions, cache, num_layers, hidden_only, argmax_out)
             if self.graphs is not None:
-                return self.graphs(tokens, positions, cache, num_layers, hidden_only)
-        return self.eager(tokens, positions, cache, num_layers, hidden_only)
+                return _argmax_into(self.graphs(tokens, positions, cache, num_layers, hidden_only), argmax_out)
+        return _argmax_into(self.eager(tokens, positions, cache, num_layers, hidden_only), argmax_out)
 
     def eager(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
               num_layers: int | None = None, hidden_only: bool = False):
@@ -218,3 +222,9 @@ class LlamaModel(nn.Module):
         c = self.config
         return KVCache(num_layers or c.num_hidden_layers, rows, c.num_key_value_heads, max_len,
                        c.head_dim, dtype=self.lm_head.weight.dtype, device=self.device)
+
+
+def _argmax_into(logits: torch.Tensor, argmax_out: torch.Tensor | None) -> torch.Tensor:
+    if argmax_out is not None:
+        argmax_out.copy_(logits.argmax(-1))                                  # (B, T)
+    return logits

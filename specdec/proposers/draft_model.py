@@ -50,22 +50,30 @@ class DraftModelProposer(Proposer):
         last = torch.tensor([len(f) - 1 for f in feeds], device=dev)
         start = torch.tensor(lens[:B], device=dev)
         positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
+        pos = start + last + 1                                          # (B,) where draft 1 feeds
+        s = context.sampling
+        native = getattr(self.model, "native", None) if k > 1 else None
+        # On the compiled decoder, drafts 1..k-1 come from one C call (no Python between the
+        # draft's steps) for greedy batches and for sampled batches with temperature only.
+        if native is not None and s.all_argmax and not s.any_coupled:
+            best = torch.empty(B, T, dtype=torch.long)                                  # (B, T)
+            self.model(tokens, positions, self.cache, num_layers=self.num_layers, argmax_out=best)
+            self._advance(feeds)
+            first_tok = best.gather(1, last[:, None])                                   # (B, 1)
+            rest = native.draft_argmax(first_tok[:, 0], pos, k - 1, self.cache, self.num_layers)
+            self._advance([k - 1] * B)
+            return Draft(tokens=torch.cat([first_tok, rest], 1), probs=None)
         logits = self.model(tokens, positions, self.cache, num_layers=self.num_layers)  # (B, T, V)
         logits = logits.gather(1, last[:, None, None].expand(B, 1, logits.shape[-1]))    # (B, 1, V)
-        pos = start + last + 1                                                          # (B,)
-        for b, f in enumerate(feeds):
-            self.cache.advance(b, len(f))
-        s = context.sampling
-        native = getattr(self.model, "native", None)
-        if s.all_argmax and not s.any_coupled and native is not None and k > 1:
-            # greedy rows on the compiled decoder: drafts 1..k-1 in one C call, no Python
-            # between the draft's steps (the same tokens as the loop below)
-            first_tok = logits[:, 0].argmax(-1)                                          # (B,)
-            rest = native.draft_argmax(first_tok, pos, k - 1, self.cache, self.num_layers)  # (B, k-1)
-            for b in range(B):
-                self.cache.advance(b, k - 1)
-            return Draft(tokens=torch.cat([first_tok[:, None], rest], 1), probs=None)
+        self._advance(feeds)
         u = None if s.all_argmax else s.uniforms(k)                                    # (B, k)
+        if native is not None and s.temperature_only:
+            q = s.probs(logits)                                                        # (B, 1, V)
+            first_tok = sample(q[:, 0], u[:, 0])                                       # (B,)
+            rest, q_rest = native.draft_sample(first_tok, pos, k - 1, self.cache, s.temperature,
+                                               u[:, 1:], self.num_layers)              # (B, k-1), (B, k-1, V)
+            self._advance([k - 1] * B)
+            return Draft(tokens=torch.cat([first_tok[:, None], rest], 1), probs=torch.cat([q, q_rest], 1))
         first = [len(seq.token_ids) for seq in context]             # the position draft 0 fills
         out, qs = [], []
         for i in range(k):
@@ -82,11 +90,15 @@ class DraftModelProposer(Proposer):
             out.append(tok)
             if i < k - 1:
                 logits = self.model(tok[:, None], (pos + i)[:, None], self.cache, num_layers=self.num_layers)
-                for b in range(B):
-                    self.cache.advance(b, 1)
+                self._advance([1] * B)
         tokens = torch.stack(out, 1) if out else torch.zeros(B, 0, dtype=torch.long, device=dev)
         probs = torch.stack(qs, 1) if qs else None                                     # (B, k, V)
         return Draft(tokens=tokens, probs=probs)
+
+    def _advance(self, fed) -> None:
+        """Row b's cache grew by fed[b] tokens (a count, or the list of tokens fed)."""
+        for b, n in enumerate(fed):
+            self.cache.advance(b, n if isinstance(n, int) else len(n))
 
     def rollback(self, num_accepted):
         if self._committed is None:   # no proposal this round (k = 0): nothing to roll back

@@ -79,6 +79,8 @@ class BatchSampling:
         self.top_p = (torch.tensor([float(p.top_p) for p in params], device=device)
                       if any(p.top_p < 1 for p in params) else None)
         self.device = device
+        # sampled rows only, filtered by temperature alone: what the compiled draft loop samples
+        self.temperature_only = not self.any_argmax and self.top_k is None and self.top_p is None
 
     def probs(self, logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """logits (B, T, V) -> filtered probabilities (B, T, V). With `rows` (n,) indices,

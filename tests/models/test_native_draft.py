@@ -1,8 +1,11 @@
-"""The compiled greedy draft loop (`NativeForward.draft_argmax`) gives the tokens, and leaves
-the cache, exactly as one forward per step followed by torch.argmax does."""
+"""The compiled draft loops give what one forward per step followed by Python does: the
+greedy loop (`NativeForward.draft_argmax`) the same tokens and cache as torch.argmax, the
+sampled loop (`draft_sample`) the same q and draws as verify/sampling.py; and a forward's
+argmax_out is torch.argmax of its logits."""
 import pytest
 import torch
 
+from specdec.models.linear import choose_kernel
 from tests.conftest import make_model
 
 
@@ -35,3 +38,60 @@ def test_draft_argmax_equals_the_step_by_step_loop(layers):
         assert torch.equal(k_fast, k_slow)
     with pytest.raises(ValueError, match="position"):
         model.native.draft_argmax(first, pos + 60, 6, caches[0])
+
+
+@pytest.mark.parametrize("path", ["native", "eager"])
+def test_argmax_out_is_torch_argmax_of_the_logits(path):
+    """The forward's argmax_out (what greedy rounds verify with) equals torch.argmax of the
+    logits it returns, ties included: lm_head rows 7 and 9 are made equal so tokens tie."""
+    model = make_model(2, std=0.5, prepare=False)
+    with torch.no_grad():
+        model.lm_head.weight[9] = model.lm_head.weight[7]
+        model.lm_head.weight[7:10] *= 40.0              # rows 7 and 9 win often, tied exactly
+    model.prepare(choose_kernel())
+    if path == "native" and model.native is None:
+        pytest.skip("no C compiler: the native decoder is unavailable")
+    if path == "eager":
+        model.native = None
+    cache = model.new_cache(3, 64)
+    tokens = torch.randint(2, 8192, (3, 6), generator=torch.Generator().manual_seed(1))
+    best = torch.full((3, 6), -1, dtype=torch.long)
+    with torch.inference_mode():
+        logits = model(tokens, torch.arange(6)[None].expand(3, 6), cache, argmax_out=best)
+    assert torch.equal(best, logits.argmax(-1))
+    assert bool((best == 7).any()), "the tie never came up: the test would not see a wrong tie-break"
+
+
+def test_draft_sample_equals_the_step_by_step_loop():
+    """The compiled sampled draft loop: q equals softmax(logits / t) of one forward per step,
+    and each token is verify.sampling.sample's draw from it at the same uniform."""
+    from specdec.verify.sampling import probs_from_logits, sample
+    model = make_model(3, std=0.5)
+    if model.native is None:
+        pytest.skip("no C compiler: the native decoder is unavailable")
+    lengths, steps = [5, 17, 9], 5
+    caches = []
+    for _ in range(2):
+        cache = model.new_cache(3, 64)
+        with torch.inference_mode():
+            for b, L in enumerate(lengths):
+                ids = torch.randint(2, 8192, (1, L), generator=torch.Generator().manual_seed(b))
+                model(ids, torch.arange(L)[None], cache.rows(b, b + 1))
+        caches.append(cache)
+    g = torch.Generator().manual_seed(4)
+    first, pos = torch.randint(2, 8192, (3,), generator=g), torch.tensor(lengths)
+    temperature = torch.tensor([0.7, 1.0, 1.3])
+    u = torch.rand(3, steps, generator=g)
+    with torch.inference_mode():
+        fast, q_fast = model.native.draft_sample(first, pos, steps, caches[0], temperature, u)
+        tok, slow, q_slow = first, [], []
+        for i in range(steps):
+            logits = model(tok[:, None], (pos + i)[:, None], caches[1])
+            q = probs_from_logits(logits, temperature)[:, 0]
+            tok = sample(q, u[:, i])
+            slow.append(tok)
+            q_slow.append(q)
+    q_slow = torch.stack(q_slow, 1)
+    assert torch.allclose(q_fast, q_slow, rtol=1e-5, atol=1e-8)
+    assert torch.equal(fast, torch.stack(slow, 1))
+    assert len(set(fast.flatten().tolist())) > 5           # real draws, not one token repeated

@@ -79,8 +79,8 @@ def test_bonus_token_is_drawn_from_p_when_all_accepted():
 def test_rows_respect_their_own_draft_length():
     p = torch.softmax(torch.randn(3, 4, V), -1)
     draft = p[:, :3].argmax(-1)
-    n_acc, _ = greedy_verify(p.log(), draft, torch.tensor([0, 1, 3]))
-    assert n_acc.tolist() == [0, 1, 3]
+    n_acc, _ = greedy_verify(p.argmax(-1).tolist(), draft.tolist(), [0, 1, 3])
+    assert n_acc == [0, 1, 3]
     u = torch.zeros(3, 3)  # u = 0 accepts every valid draft
     n_acc, _ = rejection_verify(p, None, draft, torch.tensor([0, 1, 3]), u, torch.zeros(3))
     assert n_acc.tolist() == [0, 1, 3]
@@ -90,10 +90,10 @@ def test_greedy_stops_at_first_mismatch():
     logits = torch.full((1, 4, V), -1.0)
     for j, t in enumerate([2, 3, 4, 5]):
         logits[0, j, t] = 1.0
-    n_acc, nxt = greedy_verify(logits, torch.tensor([[2, 0, 4]]), torch.tensor([3]))
-    assert (n_acc.item(), nxt.item()) == (1, 3)   # recovered token at the mismatch
-    n_acc, nxt = greedy_verify(logits, torch.tensor([[2, 3, 4]]), torch.tensor([3]))
-    assert (n_acc.item(), nxt.item()) == (3, 5)   # bonus token after all accepted
+    best = logits.argmax(-1).tolist()
+    assert greedy_verify(best, [[2, 0, 4]], [3]) == ([1], [3])   # recovered token at the mismatch
+    assert greedy_verify(best, [[2, 3, 4]], [3]) == ([3], [5])   # bonus token after all accepted
+    assert greedy_verify(best, [[2, 3, 4]], [1]) == ([1], [3])   # a shorter row stops at its length
 
 
 def test_a_three_token_chain_emits_each_position_from_its_own_p():

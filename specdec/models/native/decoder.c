@@ -153,12 +153,22 @@ size_t sd_scratch_floats(const Model *md, int M, int max_len, int threads) {
     return (size_t)M * (2 * d + qkv + att + f2 + md->inter) + (size_t)threads * QB * (max_len + md->head_dim);
 }
 
+/* the first maximum of r[0..n), NaN counting as maximal: torch.argmax's answer */
+static int64_t argmax_row(const float *r, int n) {
+    int best = 0;
+    for (int v = 1; v < n; v++)
+        if (!(r[best] != r[best]) && (r[v] > r[best] || r[v] != r[v])) best = v;
+    return best;
+}
+
 /* tokens, pos: (B, T) int64. Rows b use cache row row0 + b. out: (B*T, V) logits, or
- * (B*T, d) final hidden states when want_logits is 0. Returns 0, or a negative code for an
- * argument the caller should have refused (-1 position out of range, -2 token id). */
+ * (B*T, d) final hidden states when want_logits is 0. argmax: NULL, or (B*T,) int64 that
+ * receives each position's argmax (while its logits are still in cache: a greedy round then
+ * needs no tensor op after the forward). Returns 0, or a negative code for an argument the
+ * caller should have refused (-1 position out of range, -2 token id). */
 int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tokens,
                const int64_t *pos, int row0, int layers, int want_logits, float *out,
-               float *scratch, int threads) {
+               int64_t *argmax, float *scratch, int threads) {
     int M = B * T, d = md->hidden, F = md->inter;
     int H = md->heads, D = md->head_dim, Hkv = md->kv_heads;
     int nq = (H + 2 * Hkv) * D;
@@ -188,6 +198,10 @@ int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tok
         }
         rmsnorm_rows(x, md->norm, want_logits ? h : out, M, d, md->eps);
         if (want_logits) linear(h, M, d, md->head, NULL, md->vocab, out, 0);
+        if (want_logits && argmax) {
+            #pragma omp for schedule(static)
+            for (int m = 0; m < M; m++) argmax[m] = argmax_row(out + (size_t)m * md->vocab, md->vocab);
+        }
     }
     return 0;
 }
@@ -228,14 +242,51 @@ int sd_draft_argmax(const Model *md, const Cache *c, int B, int64_t *tokens, con
     int64_t pos[B];
     for (int s = 0; s < steps; s++) {
         for (int b = 0; b < B; b++) pos[b] = pos0[b] + s;
-        int rc = sd_forward(md, c, B, 1, tokens, pos, 0, layers, 1, logits, scratch, threads);
+        int rc = sd_forward(md, c, B, 1, tokens, pos, 0, layers, 1, logits, tokens, scratch, threads);
         if (rc) return rc;
+        for (int b = 0; b < B; b++) out[(size_t)b * steps + s] = tokens[b];
+    }
+    return 0;
+}
+
+/* Sampling one row the way verify/sampling.py does it for temperature-only settings:
+ * q = softmax(r / t) into q, then the inverse CDF at u: the first index whose running sum
+ * exceeds u x the total, falling back to the argmax where that lands on a zero (the
+ * numerical edge of the CDF). Returns the token. */
+static int64_t sample_row(const float *r, int n, float t, float u, float *q) {
+    float mx = -INFINITY;
+    for (int v = 0; v < n; v++) mx = r[v] / t > mx ? r[v] / t : mx;
+    double total = 0.0, cum = 0.0;             /* sums in double, as torch's CPU cumsum */
+    for (int v = 0; v < n; v++) total += q[v] = expf(r[v] / t - mx);
+    float inv = (float)(1.0 / total);
+    for (int v = 0; v < n; v++) cum += q[v] *= inv;
+    float at = u * (float)cum;
+    int idx = n - 1;
+    cum = 0.0;
+    for (int v = 0; v < n; v++) {
+        cum += q[v];
+        if ((float)cum > at) { idx = v; break; }
+    }
+    return q[idx] > 0.0f ? idx : argmax_row(q, n);
+}
+
+/* Sampled drafting without returning to Python: as sd_draft_argmax, but each step samples
+ * its token from q = softmax(logits / temperature[b]) with the uniform u[b, s], and q is
+ * written to q_out (B, steps, V) for verification. */
+int sd_draft_sample(const Model *md, const Cache *c, int B, int64_t *tokens, const int64_t *pos0,
+                    int steps, int layers, const float *temperature, const float *u, int64_t *out,
+                    float *q_out, float *logits, float *scratch, int threads) {
+    int64_t pos[B];
+    int V = md->vocab;
+    for (int s = 0; s < steps; s++) {
+        for (int b = 0; b < B; b++) pos[b] = pos0[b] + s;
+        int rc = sd_forward(md, c, B, 1, tokens, pos, 0, layers, 1, logits, NULL, scratch, threads);
+        if (rc) return rc;
+        #pragma omp parallel for num_threads(threads) schedule(static)
         for (int b = 0; b < B; b++) {
-            const float *r = logits + (size_t)b * md->vocab;
-            int best = 0;
-            for (int v = 1; v < md->vocab; v++)
-                if (!(r[best] != r[best]) && (r[v] > r[best] || r[v] != r[v])) best = v;
-            out[(size_t)b * steps + s] = tokens[b] = best;
+            float *q = q_out + ((size_t)b * steps + s) * V;
+            out[(size_t)b * steps + s] = tokens[b] =
+                sample_row(logits + (size_t)b * V, V, temperature[b], u[(size_t)b * steps + s], q);
         }
     }
     return 0;

@@ -114,7 +114,8 @@ class NativeForward:
         return s
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-                 num_layers: int | None = None, hidden_only: bool = False) -> torch.Tensor:
+                 num_layers: int | None = None, hidden_only: bool = False,
+                 argmax_out: torch.Tensor | None = None) -> torch.Tensor:
         B, T = tokens.shape
         c = self.model.config
         if B > cache.num_rows:
@@ -130,7 +131,8 @@ class NativeForward:
             rc = self.lib.sd_forward(
                 ctypes.byref(self.struct), ctypes.byref(cs), B, T, _P(tokens.data_ptr()),
                 _P(positions.data_ptr()), 0, num_layers or c.num_hidden_layers, int(not hidden_only),
-                _P(out.data_ptr()), scratch, threads)
+                _P(out.data_ptr()), _P(argmax_out.data_ptr()) if argmax_out is not None else None,
+                scratch, threads)
         self._check(rc, cache)
         return out
 
@@ -155,6 +157,33 @@ class NativeForward:
                 scratch, threads)
         self._check(rc, cache)
         return out
+
+    def draft_sample(self, first: torch.Tensor, pos0: torch.Tensor, steps: int, cache: KVCache,
+                     temperature: torch.Tensor, uniforms: torch.Tensor, num_layers: int | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sampled drafting in one C call: feed first (B,) at pos0 (B,), then each step's
+        sample at the next position, `steps` times; step s of row b samples from
+        q = softmax(logits / temperature[b]) at uniforms[b, s] (inverse CDF, as
+        verify.sampling.sample) -> (tokens (B, steps), q (B, steps, V))."""
+        B = first.shape[0]
+        c = self.model.config
+        tokens = first.to(torch.long).contiguous().clone()
+        pos0 = pos0.to(torch.long).contiguous()
+        temperature = temperature.to(torch.float32).contiguous()
+        uniforms = uniforms.to(torch.float32).contiguous()                     # (B, steps)
+        out = torch.empty(B, steps, dtype=torch.long)
+        q = torch.empty(B, steps, c.vocab_size)
+        logits = torch.empty(B, c.vocab_size)
+        threads = torch.get_num_threads()
+        cs = self._cache_struct(cache)
+        with self._lock:
+            scratch = self._prepare(B, cache, threads)
+            rc = self.lib.sd_draft_sample(
+                ctypes.byref(self.struct), ctypes.byref(cs), B, _P(tokens.data_ptr()), _P(pos0.data_ptr()),
+                steps, num_layers or c.num_hidden_layers, _P(temperature.data_ptr()), _P(uniforms.data_ptr()),
+                _P(out.data_ptr()), _P(q.data_ptr()), _P(logits.data_ptr()), scratch, threads)
+        self._check(rc, cache)
+        return out, q
 
     def _prepare(self, rows: int, cache: KVCache, threads: int) -> ctypes.c_void_p:
         """Under the lock: the rope table long enough for the cache, and scratch for `rows`."""
