@@ -1,10 +1,11 @@
 """Greedy speculative output is token-identical to plain greedy output, by design: the
-target's forward is bitwise shape-invariant (test_invariance.py)."""
+target's forward is bitwise shape-invariant (test_invariance.py). On a model built with
+near ties, where a non-invariant kernel does change the output: test_near_ties.py."""
 import pytest
 
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.engine import Engine
-from tests.conftest import make_model, perturbed, random_prompts
+from tests.conftest import perturbed, random_prompts
 
 
 def _generate(target, spec, prompts, params, draft=None, max_batch=4):
@@ -21,17 +22,6 @@ def test_greedy_identity_200_prompts(tiny_target, k):
     spec, eng = _generate(tiny_target, SpecConfig(method="draft", k=k), prompts, params, draft, max_batch=16)
     assert spec == plain
     assert 0 < eng.metrics.num_accepted_tokens < eng.metrics.num_draft_tokens
-
-
-def test_greedy_identity_near_ties():
-    """A model with many near-ties (tiny weights) still decodes identically."""
-    target = make_model(seed=5, std=0.02)
-    draft = perturbed(target, 0.01, seed=6)
-    prompts = random_prompts(40, seed=9)
-    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
-    plain, _ = _generate(target, SpecConfig(method="none", k=0), prompts, params)
-    spec, _ = _generate(target, SpecConfig(method="draft", k=4), prompts, params, draft)
-    assert spec == plain
 
 
 def test_self_draft_accepts_everything(tiny_target):
