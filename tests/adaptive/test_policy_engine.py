@@ -15,34 +15,51 @@ from tests.adaptive.fakes import K_MAX
 from tests.conftest import random_prompts
 
 
-def _spy_run(target, draft, temperature, n=2, max_new=24):
-    """Run the adaptive engine; record what each observe() got."""
+def _spy_run(target, draft, params: list[SamplingParams]):
+    """Run the adaptive engine on one request per SamplingParams; record what each observe()
+    got. -> (records, engine)."""
     seen = []
 
     class Spy(AdaptiveK):
         def observe(self, r):
-            seen.append({"k": r.k, "b": len(r.batch), "ap": r.accept_prob, "acc": list(r.accepted)})
+            seen.append({"k": r.k, "b": len(r.batch), "ap": r.accept_prob, "acc": list(r.accepted),
+                         "modes": [s.params.verification for s in r.batch]})
             super().observe(r)
 
     spec = SpecConfig(method="draft", k="auto", k_max=4)
     cost = CostModel.from_function(lambda b, q, L: 0.010 + 0.0002 * b * q,
                                    {"draft:draft": lambda b, L: 0.0005}, k_max=4)
-    eng = make_engine(Models(target, None, draft), spec, EngineConfig(max_batch=n, max_model_len=128),
+    eng = make_engine(Models(target, None, draft), spec, EngineConfig(max_batch=len(params), max_model_len=128),
                       cost_model=cost)
     eng.policy = Spy(4, eng.proposer, cost)
-    for i, prompt in enumerate(random_prompts(n, seed=3)):
-        eng.add_request(prompt, SamplingParams(temperature=temperature, seed=i, max_new_tokens=max_new))
+    for prompt, p in zip(random_prompts(len(params), seed=3), params):
+        eng.add_request(prompt, p)
     while eng.has_unfinished():
         eng.step()
-    return seen
+    return seen, eng
 
 
 def test_engine_reports_acceptance_probabilities_to_the_adaptive_policy(tiny_target, tiny_draft):
-    drafted = [x for x in _spy_run(tiny_target, tiny_draft, 1.0) if x["k"] > 0]
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=24) for i in range(2)]
+    drafted = [x for x in _spy_run(tiny_target, tiny_draft, params)[0] if x["k"] > 0]
     assert drafted
     for x in drafted:
         k, b, ap = x["k"], x["b"], x["ap"]
         assert len(ap) == b and all(len(row) == k and all(0.0 <= v <= 1.0 for v in row) for row in ap)
+
+
+def test_an_engine_mixing_modes_keeps_one_acceptance_estimate_per_mode(tiny_target, tiny_draft):
+    """Greedy, standard and invariant requests in one batch: each row's evidence goes to its own
+    mode's estimate; argmax rows (greedy, invariant) report 0/1 outcomes, standard rows beta."""
+    params = [SamplingParams(temperature=t, seed=i, coupling=c, max_new_tokens=24)
+              for i, (t, c) in enumerate([(0.0, "standard"), (1.0, "standard"), (1.0, "invariant")])]
+    seen, eng = _spy_run(tiny_target, tiny_draft, params)
+    assert {mode for _key, mode in eng.policy.acc.keys} == {"greedy", "standard", "invariant"}
+    mixed = [x for x in seen if x["k"] > 0 and len(set(x["modes"])) > 1]
+    assert mixed
+    for x in mixed:
+        for mode, row in zip(x["modes"], x["ap"]):
+            assert mode == "standard" or set(row) <= {0.0, 1.0}
 
 
 def _alone(target, prompt, n):
