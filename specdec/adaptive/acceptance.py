@@ -7,9 +7,9 @@ each position reached instead (beta_j: the draft's acceptance probability; the s
 without the coin's noise). P(A >= i) = prod_{j<=i} E[a_j]. A proposer's prior mean at j is
 E[a_{j-1}] (PRIOR_MEAN at j = 1), so undrafted positions inherit the nearest evidence; a request
 starts from its proposer's means. A proposer keeps counts per verification mode (greedy, or the
-coupling: invariant accepts less than standard), each from its own rows. Counts decay every
-round, so after k = 0 a request relaxes toward its proposer and the proposer toward the prior.
-Rounds are queued and folded in at the next read, each run of alike rounds at once.
+coupling: invariant accepts less than standard), each from its own rows. Counts decay every round
+(a mode's when its rows run), so after k = 0 a request relaxes toward its proposer and the
+proposer toward the prior. Rounds are queued and folded in at the next read, alike runs at once.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ ROW_PRIOR_N = 6.0       # a new request borrows 6 rounds of its proposer's recor
                         # rounds move its estimate, a single lucky or unlucky one does not
 ROW_DECAY = 0.95        # per drafted round, a request's window of ~20 rounds (its text's character);
                         # squared per plain round (half-life ~7 rounds): a bad streak is soon forgiven
-PROPOSER_DECAY = 0.98   # per round, drafted or not: ~50 rounds of every row's evidence; after k = 0
+PROPOSER_DECAY = 0.98   # per round of its mode, drafted or not: ~50 rounds of evidence; after k = 0
                         # the proposer relaxes toward the prior over ~35 rounds
 
 
