@@ -65,7 +65,7 @@ def run_forced(models, cost, prompts, params, k: int, args) -> dict:
         e = by_rows.setdefault(rows, [0, 0.0, 0])
         e[0], e[1], e[2] = e[0] + 1, e[1] + dt, e[2] + eng.metrics.generated_tokens - made
         if eng.metrics.steps % args.every == 0:
-            readings.append(np.cumprod(policy.acc.proposer_means(key)).tolist())
+            readings.append(np.cumprod(policy.acc.proposer_means(key, params[0].verification)).tolist())
     m = eng.metrics.as_dict()
     return {"k": k, "estimate": np.mean(readings, axis=0).tolist(),
             "realized": m["per_position_acceptance"], "mean_acceptance_length": m["mean_acceptance_length"],

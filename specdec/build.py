@@ -11,6 +11,7 @@ and the policy ready-made.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,6 +33,9 @@ from .models.tokenizer import Tokenizer
 from .proposers import create as create_proposer
 from .proposers.auto import DEFAULT_ARMS
 from .proposers.base import Proposer
+
+DEFAULT_K_MAX = 8           # the largest k the adaptive policy may choose unless told (`--k-max`)
+NGRAM_MIN, NGRAM_MAX = 1, 4  # ngram's n range unless told (`--ngram-min`, `--ngram-max`)
 
 
 @dataclass
@@ -74,6 +78,22 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
             raise CheckpointError("draft tokenizer differs from the target's: speculative decoding needs "
                                   "the same vocabulary")
     return Models(t, tok, d, Path(target), Path(draft) if draft else None)
+
+
+def spec_config(method: str | None, k: int | str, k_max: int, has_draft: bool,
+                options: Mapping[str, object]) -> SpecConfig:
+    """The SpecConfig for the loaded models, by the one rule the CLI and the API share: the
+    method defaults to `draft` when a draft model is loaded, else `none`; `none` means k = 0;
+    a fixed k above k_max raises k_max to it; ngram's n range defaults to NGRAM_MIN..NGRAM_MAX."""
+    method = method or ("draft" if has_draft else "none")
+    if method == "draft" and not has_draft:
+        raise ConfigError("method 'draft' needs a draft model (--draft DIR; in Python, draft=DIR)")
+    if method == "none":
+        k = 0
+    if isinstance(k, int) and not isinstance(k, bool) and isinstance(k_max, int):
+        k_max = max(k_max, k)
+    return SpecConfig(method=method, k=k, k_max=k_max, options={"ngram_min": NGRAM_MIN, "ngram_max": NGRAM_MAX,
+                                                                **options})
 
 
 def resolve_spec(target: LlamaModel, spec: SpecConfig) -> SpecConfig:

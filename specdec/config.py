@@ -58,6 +58,12 @@ class SamplingParams:
         """Sampled with position-keyed noise (verified by argmax, like greedy)."""
         return self.coupling == "invariant" and not self.greedy
 
+    @property
+    def verification(self) -> str:
+        """The rule its drafts are verified by, which sets their acceptance: "greedy", or the
+        coupling of a sampled request ("standard", "invariant")."""
+        return "greedy" if self.greedy else self.coupling
+
 
 @dataclass(frozen=True)
 class SpecConfig:

@@ -6,9 +6,10 @@ made yields no token either); sampled rounds count beta_j successes and 1 - beta
 each position reached instead (beta_j: the draft's acceptance probability; the same expectation
 without the coin's noise). P(A >= i) = prod_{j<=i} E[a_j]. A proposer's prior mean at j is
 E[a_{j-1}] (PRIOR_MEAN at j = 1), so undrafted positions inherit the nearest evidence; a request
-starts from its proposer's means. Counts decay every round, so after k = 0 a request relaxes
-toward its proposer and the proposer toward the prior. Rounds are queued and folded in at the
-next read, each run of alike rounds at once.
+starts from its proposer's means. A proposer keeps counts per verification mode (greedy, or the
+coupling: invariant accepts less than standard), each from its own rows. Counts decay every round
+(a mode's when its rows run), so after k = 0 a request relaxes toward its proposer and the
+proposer toward the prior. Rounds are queued and folded in at the next read, alike runs at once.
 """
 from __future__ import annotations
 
@@ -20,33 +21,33 @@ ROW_PRIOR_N = 6.0       # a new request borrows 6 rounds of its proposer's recor
                         # rounds move its estimate, a single lucky or unlucky one does not
 ROW_DECAY = 0.95        # per drafted round, a request's window of ~20 rounds (its text's character);
                         # squared per plain round (half-life ~7 rounds): a bad streak is soon forgiven
-PROPOSER_DECAY = 0.98   # per round, drafted or not: ~50 rounds of every row's evidence; after k = 0
+PROPOSER_DECAY = 0.98   # per round of its mode, drafted or not: ~50 rounds of evidence; after k = 0
                         # the proposer relaxes toward the prior over ~35 rounds
 
 
 class AcceptanceTracker:
     def __init__(self, k_max: int):
         self.k_max = k_max
-        self.rows_s = np.zeros((0, k_max))          # (R, k_max) decayed successes per position
-        self.rows_f = np.zeros((0, k_max))          # (R, k_max) decayed failures
-        self.keys: dict = {}                        # proposer key -> (successes, failures), (k_max,) each
+        self.rows = np.zeros((0, 2, k_max))         # (R, 2, k_max) decayed successes, failures per position
+        self.rows_mode: list[str] = []              # each row's SamplingParams.verification, set by start
+        self.keys: dict = {}                        # (proposer key, mode) -> (2, k_max) successes, failures
         self._pos = np.arange(k_max + 1)            # draft positions 0..k_max
         self._queue: list[tuple] = []               # rounds not folded in yet
 
-    def start(self, row: int) -> None:
+    def start(self, row: int, mode: str) -> None:
         self.flush()
-        grow = np.zeros((max(0, row + 1 - len(self.rows_s)), self.k_max))
-        self.rows_s, self.rows_f = np.vstack([self.rows_s, grow]), np.vstack([self.rows_f, grow])
-        self.rows_s[row] = self.rows_f[row] = 0.0
+        self.rows = np.concatenate([self.rows, np.zeros((max(0, row + 1 - len(self.rows)), 2, self.k_max))])
+        self.rows_mode += [mode] * (row + 1 - len(self.rows_mode))
+        self.rows[row], self.rows_mode[row] = 0.0, mode
 
     def move_row(self, src: int, dst: int) -> None:
         self.flush()
-        self.rows_s[dst], self.rows_f[dst] = self.rows_s[src], self.rows_f[src]
+        self.rows[dst], self.rows_mode[dst] = self.rows[src], self.rows_mode[src]
 
-    def proposer_means(self, key) -> np.ndarray:
-        """(k_max,) E[a_j] at the proposer level."""
+    def proposer_means(self, key, mode: str) -> np.ndarray:
+        """(k_max,) E[a_j] at the proposer level, for rows verified in `mode`."""
         self.flush()
-        s, f = self.keys.get(key, (np.zeros(self.k_max),) * 2)
+        s, f = self.keys.get((key, mode), np.zeros((2, self.k_max)))
         out, m = [], PRIOR_MEAN
         for sj, fj in zip(s.tolist(), f.tolist()):       # floats: a short chain, every evaluation
             m = (PRIOR_N * m + sj) / (PRIOR_N + sj + fj)
@@ -54,9 +55,11 @@ class AcceptanceTracker:
         return np.array(out)
 
     def row_means(self, key, n: int) -> np.ndarray:
-        """(n, k_max) E[a_j] for rows [0, n)."""
-        s, f = self.rows_s[:n], self.rows_f[:n]
-        return (ROW_PRIOR_N * self.proposer_means(key)[None] + s) / (ROW_PRIOR_N + s + f)
+        """(n, k_max) E[a_j] for rows [0, n), each from its own mode's proposer means."""
+        modes, s, f = self.rows_mode[:n], self.rows[:n, 0], self.rows[:n, 1]
+        means = {md: self.proposer_means(key, md) for md in set(modes)}
+        prior = np.array([means[md] for md in modes]).reshape(n, self.k_max)
+        return (ROW_PRIOR_N * prior + s) / (ROW_PRIOR_N + s + f)
 
     def _reach(self, key, remaining: list[int]) -> np.ndarray:
         """(n, k_max + 1) P(A >= i), i = 0..k_max, per row; 0 where i >= its remaining tokens."""
@@ -93,12 +96,12 @@ class AcceptanceTracker:
 
     def _fold(self, rounds: list[tuple]) -> None:
         key, k, B, R, K = rounds[0][0], rounds[0][1], len(rounds[0][2]), len(rounds), self.k_max
-        gs, gf = self.keys.setdefault(key, (np.zeros(K), np.zeros(K)))
+        modes = self.rows_mode[:B]
+        stats = {md: self.keys.setdefault((key, md), np.zeros((2, K))) for md in set(modes)}  # (s, f) each
+        for g in stats.values():
+            g *= PROPOSER_DECAY ** R
+        self.rows[:B] *= ROW_DECAY ** (R if k else 2 * R)                        # plain rounds: squared
         if k == 0:                                                               # no evidence: relax
-            gs *= PROPOSER_DECAY ** R
-            gf *= PROPOSER_DECAY ** R
-            self.rows_s[:B] *= ROW_DECAY ** (2 * R)
-            self.rows_f[:B] *= ROW_DECAY ** (2 * R)
             return
         made, m = (np.array([r[i] for r in rounds])[..., None] for i in (2, 3))   # (R, B, 1) each
         pos = self._pos[:K]
@@ -109,11 +112,8 @@ class AcceptanceTracker:
             probs = np.asarray([r[4] for r in rounds], dtype=float)[..., :K]                  # (R, B, <= K)
             hit = np.where(pos < made, np.pad(probs, ((0, 0), (0, 0), (0, K - probs.shape[2]))), 0.0)
         hit = np.where(seen, hit, 0.0)
-        miss = seen - hit
+        both = np.stack([hit, seen - hit])                                       # (2, R, B, K)
         w_row, w_key = (d ** np.arange(R - 1, -1, -1.0) for d in (ROW_DECAY, PROPOSER_DECAY))  # the rounds after
-        self.rows_s[:B] = self.rows_s[:B] * ROW_DECAY ** R + np.einsum("r,rbk->bk", w_row, hit)
-        self.rows_f[:B] = self.rows_f[:B] * ROW_DECAY ** R + np.einsum("r,rbk->bk", w_row, miss)
-        gs *= PROPOSER_DECAY ** R
-        gf *= PROPOSER_DECAY ** R
-        gs += w_key @ hit.sum(axis=1)
-        gf += w_key @ miss.sum(axis=1)
+        self.rows[:B] += np.einsum("r,xrbk->bxk", w_row, both)
+        for md, g in stats.items():                                              # a mode counts its rows
+            g += np.einsum("r,xrbk->xk", w_key, both[:, :, [x == md for x in modes]])

@@ -97,7 +97,7 @@ class AdaptiveK(KPolicy):
 
     def start(self, row, seq):
         self._since = RECHECK                        # a new request: evaluate at once
-        self.acc.start(row)
+        self.acc.start(row, seq.params.verification)
 
     def move_row(self, src, dst):
         self.acc.move_row(src, dst)

@@ -19,10 +19,10 @@ from typing import Any
 from ..analysis.session import Progress, analyze as run_session
 from ..analysis.settings import grid_settings
 from ..analysis.workloads import WORKLOADS, load_workload
-from ..build import default_pair, load_models
+from ..build import DEFAULT_K_MAX, default_pair, load_models, spec_config
 from ..config import SpecConfig
 from ..errors import ConfigError, PromptError
-from .options import DEFAULT_K_MAX, PathLike, spec_config, speculation
+from .options import PathLike, speculation
 
 GRIDS = ("star", "full")   # star: every workload/k at batch 1 and sweeps around it; full: every cell
 RESULTS = "results.json"   # the file whose data an Analysis holds

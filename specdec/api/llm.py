@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ..build import default_pair, load_models, make_engine
+from ..build import DEFAULT_K_MAX, default_pair, load_models, make_engine, spec_config
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..engine.engine import Engine
 from ..engine.sequence import Sequence
@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..models.tokenizer import Tokenizer
 from ..server.text import TextStream
 from .inputs import Params, PromptInput, Prompts, encode, params_list, prompt_list
-from .options import DEFAULT_K_MAX, PathLike, check_k, spec_config, speculation
+from .options import PathLike, check_k, speculation
 from .outputs import RequestOutput
 
 DEFAULT_MAX_BATCH = 8    # requests decoded together (`--max-batch`'s default)

@@ -1,9 +1,8 @@
 """The API's arguments turned into specdec's configuration: which checkpoints, which proposer
 and k (from `method=`/`k=` or from vLLM's `speculative_config` dict), and proposer options.
 
-The rules are the command line's (`commands/common.py:spec_from_args`): the method defaults
-to `draft` when a draft model is loaded, else `none`; `none` means k = 0; ngram's n range
-defaults to 1..4. Bad input raises ConfigError with one line, as the CLI prints it.
+Once the models are loaded, `build.spec_config` turns what was asked for into a SpecConfig by
+the command line's rules. Bad input raises ConfigError with one line, as the CLI prints it.
 """
 from __future__ import annotations
 
@@ -14,11 +13,6 @@ from pathlib import Path
 from ..config import SpecConfig
 from ..errors import ConfigError
 from ..proposers import available
-
-DEFAULT_K_MAX = 8  # the largest k the adaptive policy may choose (`--k-max`'s default)
-
-# ngram's n range when not given, as `specdec generate --ngram-min/--ngram-max` default
-NGRAM_MIN, NGRAM_MAX = 1, 4
 
 # vLLM's speculative_config["method"] names -> specdec's proposers; specdec's own names
 # (draft, ngram, suffix, layerskip, auto, none) are accepted as they are
@@ -84,20 +78,6 @@ def speculation(draft: PathLike | None, method: str | None, k: int | str,
 def check_k(k: int | str, k_max: int) -> None:
     """Refuse a bad k or k_max before any model is loaded (SpecConfig's own checks)."""
     SpecConfig(method="none", k=k, k_max=k_max)
-
-
-def spec_config(method: str | None, k: int | str, k_max: int, has_draft: bool,
-                options: Mapping[str, object]) -> SpecConfig:
-    """The SpecConfig for the loaded models, by the command line's rules."""
-    method = method or ("draft" if has_draft else "none")
-    if method == "draft" and not has_draft:
-        raise ConfigError("method 'draft' needs a draft model (draft=DIR)")
-    if method == "none":
-        k = 0
-    opts = {"ngram_min": NGRAM_MIN, "ngram_max": NGRAM_MAX, **options}
-    if isinstance(k, int) and not isinstance(k, bool) and isinstance(k_max, int):
-        k_max = max(k_max, k)
-    return SpecConfig(method=method, k=k, k_max=k_max, options=tuple(sorted(opts.items())))
 
 
 def checked_options(options: Mapping[str, object]) -> dict[str, object]:

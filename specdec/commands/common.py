@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..build import DEFAULT_K_MAX, NGRAM_MAX, NGRAM_MIN, spec_config
 from ..config import SpecConfig
-from ..errors import ConfigError
 
 
 def _k(value: str):
@@ -28,19 +28,15 @@ def add_method_args(p) -> None:
                                     "(default: draft when a draft model is given, else none)")
     p.add_argument("--k", type=_k, default="auto",
                    help="draft tokens per round: an integer 0..16, 'auto' (adaptive, default) or 'heuristic'")
-    p.add_argument("--k-max", type=int, default=8, help="largest k the adaptive policy may choose")
-    p.add_argument("--ngram-min", type=int, default=1)
-    p.add_argument("--ngram-max", type=int, default=4)
+    p.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="largest k the adaptive policy may choose")
+    p.add_argument("--ngram-min", type=int, default=NGRAM_MIN)
+    p.add_argument("--ngram-max", type=int, default=NGRAM_MAX)
     p.add_argument("--layerskip-layers", type=int, help="layers of the target used as the draft")
 
 
 def spec_from_args(args, has_draft: bool) -> SpecConfig:
-    method = args.method or ("draft" if has_draft else "none")
-    if method == "draft" and not has_draft:
-        raise ConfigError("method 'draft' needs a draft model (--draft DIR)")
-    k = 0 if method == "none" else args.k
-    opts = {"ngram_min": args.ngram_min, "ngram_max": args.ngram_max}
+    """The SpecConfig the flags ask for, by `build.spec_config`'s rule."""
+    opts: dict[str, object] = {"ngram_min": args.ngram_min, "ngram_max": args.ngram_max}
     if args.layerskip_layers is not None:
         opts["layerskip_layers"] = args.layerskip_layers
-    k_max = max(args.k_max, k) if isinstance(k, int) else args.k_max
-    return SpecConfig(method=method, k=k, k_max=k_max, options=opts)
+    return spec_config(args.method, args.k, args.k_max, has_draft, opts)

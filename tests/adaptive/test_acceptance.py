@@ -9,10 +9,10 @@ from specdec.adaptive import acceptance
 from specdec.adaptive.acceptance import AcceptanceTracker
 
 
-def _tracker(k_max: int, rows: int) -> AcceptanceTracker:
+def _tracker(k_max: int, rows: int, mode: str = "standard") -> AcceptanceTracker:
     acc = AcceptanceTracker(k_max)
     for row in range(rows):
-        acc.start(row)
+        acc.start(row, mode)
     return acc
 
 
@@ -27,7 +27,7 @@ def test_per_request_and_per_position_estimates():
     assert np.all(np.diff(e) > 0) and e[0] == 2.0
     acc.move_row(0, 1)
     assert np.allclose(acc.row_means("x", 2)[1], a[0])
-    acc.start(2)
+    acc.start(2, "standard")
     for _ in range(20):
         acc.record("y", [0, 0, 2], [0, 0, 2], 4)          # rows 0, 1 had nothing to propose
     assert acc.row_means("y", 3)[0, 0] < 0.3 and acc.row_means("y", 3)[2, 2] < 0.3
@@ -39,15 +39,15 @@ def test_counts_of_one_round_exactly():
     acc = _tracker(4, 2)
     acc.record("x", [4, 1], [2, 1], 4)
     acc.flush()
-    assert np.allclose(acc.rows_s, [[1, 1, 0, 0], [1, 0, 0, 0]])
-    assert np.allclose(acc.rows_f, [[0, 0, 1, 0], [0, 1, 0, 0]])
-    s, f = acc.keys["x"]
+    assert np.allclose(acc.rows[:, 0], [[1, 1, 0, 0], [1, 0, 0, 0]])    # successes
+    assert np.allclose(acc.rows[:, 1], [[0, 0, 1, 0], [0, 1, 0, 0]])    # failures
+    s, f = acc.keys[("x", "standard")]
     assert np.allclose(s, [2, 1, 0, 0]) and np.allclose(f, [0, 1, 1, 0])
     # the proposer's means chain from PRIOR_MEAN: m_1 = (2 * 0.8 + 2) / 4, m_2 = (2 m_1 + 1) / 4, ..
     m1 = (acceptance.PRIOR_N * acceptance.PRIOR_MEAN + 2) / (acceptance.PRIOR_N + 2)
     m2 = (acceptance.PRIOR_N * m1 + 1) / (acceptance.PRIOR_N + 2)
     m3 = (acceptance.PRIOR_N * m2) / (acceptance.PRIOR_N + 1)
-    assert acc.proposer_means("x") == pytest.approx([m1, m2, m3, m3])
+    assert acc.proposer_means("x", "standard") == pytest.approx([m1, m2, m3, m3])
     n = acceptance.ROW_PRIOR_N
     assert acc.row_means("x", 2)[0] == pytest.approx([(n * m1 + 1) / (n + 1), (n * m2 + 1) / (n + 1),
                                                       n * m3 / (n + 1), m3])
@@ -66,13 +66,13 @@ def test_acceptance_probabilities_replace_noisy_outcomes():
     acc = _tracker(4, 1)
     acc.record("y", [1], [1], 4, accept_prob=[[0.9]])
     acc.flush()
-    s, f = acc.keys["y"]
+    s, f = acc.keys[("y", "standard")]
     assert np.allclose(s, [0.9, 0, 0, 0]) and np.allclose(f, [0.1, 1, 0, 0])
-    assert np.allclose(acc.rows_s[0], s) and np.allclose(acc.rows_f[0], f)
+    assert np.allclose(acc.rows[0], [s, f])
     acc.record("y", [1], [0], 4, accept_prob=[[0.5]])                       # older evidence decays
     acc.flush()
-    assert np.allclose(acc.rows_s[0], [0.9 * acceptance.ROW_DECAY + 0.5, 0, 0, 0])
-    assert np.allclose(acc.keys["y"][0], [0.9 * acceptance.PROPOSER_DECAY + 0.5, 0, 0, 0])
+    assert np.allclose(acc.rows[0, 0], [0.9 * acceptance.ROW_DECAY + 0.5, 0, 0, 0])
+    assert np.allclose(acc.keys[("y", "standard")][0], [0.9 * acceptance.PROPOSER_DECAY + 0.5, 0, 0, 0])
 
 
 def test_plain_rounds_relax_requests_fast_and_proposers_slowly():
@@ -81,8 +81,8 @@ def test_plain_rounds_relax_requests_fast_and_proposers_slowly():
     for _ in range(3):
         acc.record("x", [0], [0], 0)
     acc.flush()
-    assert acc.rows_f[0, 0] == pytest.approx(acceptance.ROW_DECAY ** 6)     # squared per plain round
-    assert acc.keys["x"][1][0] == pytest.approx(acceptance.PROPOSER_DECAY ** 3)
+    assert acc.rows[0, 1, 0] == pytest.approx(acceptance.ROW_DECAY ** 6)    # squared per plain round
+    assert acc.keys[("x", "standard")][1][0] == pytest.approx(acceptance.PROPOSER_DECAY ** 3)
 
 
 @pytest.mark.parametrize("with_beta", [False, True])
@@ -106,7 +106,7 @@ def test_queued_rounds_fold_in_exactly_as_one_at_a_time(with_beta):
                 t.move_row(2, 0)
     assert longest >= 5                                         # runs of rounds were folded at once
     assert np.allclose(lazy.row_means("x", 3), eager.row_means("x", 3))
-    assert all(np.allclose(a, b) for a, b in zip(lazy.keys["x"], eager.keys["x"]))
+    assert all(np.allclose(a, b) for a, b in zip(lazy.keys[("x", "standard")], eager.keys[("x", "standard")]))
 
 
 def test_row_tokens_mean_and_variance_of_a_round():
