@@ -3,7 +3,7 @@
 A round is one `Engine.step()` (propose, verify forward, verify, commit, policy). The
 forwards (the target's and the draft's, through the compiled decoder or eager PyTorch)
 are timed by wrapping `LlamaModel.forward` and the compiled greedy draft loop
-(`NativeForward.draft_argmax`, whose argmaxes are counted as forward time); everything else in the step is the engine's
+(`NativeForward.draft_argmax` and `draft_sample`, whose argmaxes and draws are counted as forward time, as is the argmax a greedy verify forward computes); everything else in the step is the engine's
 own work: Python bookkeeping, building inputs, verification, sampling and the host sync.
 
     python benchmarks/engine_overhead.py [--new-tokens 200] [--repeats 5] [--out results/engine_overhead]
@@ -56,7 +56,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     models = load_models(default_target(), default_draft())
     forward_time = {"s": 0.0}
-    real, real_loop = LlamaModel.forward, NativeForward.draft_argmax
+    real, real_loop, real_sample = LlamaModel.forward, NativeForward.draft_argmax, NativeForward.draft_sample
 
     def timer(fn):
         def timed(self, *a, **kw):
@@ -65,7 +65,7 @@ def main(argv=None) -> dict:
             forward_time["s"] += time.perf_counter() - t0
             return out
         return timed
-    LlamaModel.forward, NativeForward.draft_argmax = timer(real), timer(real_loop)
+    LlamaModel.forward, NativeForward.draft_argmax, NativeForward.draft_sample = timer(real), timer(real_loop), timer(real_sample)
     prompt = [models.tokenizer.bos_id] + models.tokenizer.encode(Path(__file__).read_text()[:600], bos=False)[:128]
     rows = []
     for k in [int(x) for x in args.ks.split(",")]:
@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
             rows.append({"k": k, "temperature": temp, **r})
             print(f"k={k} T={temp:g}: outside forwards {100 * r['outside_share']:.1f}% of a "
                   f"{r['round_ms']:.2f} ms round", flush=True)
-    LlamaModel.forward, NativeForward.draft_argmax = real, real_loop
+    LlamaModel.forward, NativeForward.draft_argmax, NativeForward.draft_sample = real, real_loop, real_sample
     from specdec.costs.cache import _cpu_name
     cpu = _cpu_name()
     result = {"cpu": cpu, "threads": args.threads, "kernel": models.target.kernel.name, "rows": rows,
