@@ -17,7 +17,7 @@ def plain_next(logits, sampling: BatchSampling, chosen: list[list[int]]):
     if sampling.all_argmax:
         return sampling.scores(logits, chosen)[:, 0].argmax(-1), None
     if not sampling.any_argmax:
-        p = sampling.probs(logits)[:, 0]                                            # (B, V)
+        p = sampling.probs(logits, positions=chosen)[:, 0]                          # (B, V)
         return sample(p, sampling.uniforms(1)[:, 0]), p
     return None
 
@@ -32,15 +32,15 @@ def verify_round(logits, draft: Draft, n_draft, sampling: BatchSampling, chosen:
     last draft (sampled batches)."""
     tokens = draft.tokens.to(logits.device)
     if sampling.all_argmax:
-        return (*greedy_verify(sampling.scores(logits, chosen), tokens, n_draft), None, None)
-    p = sampling.probs(logits)                                                      # (B, k+1, V)
+        return (*greedy_verify(sampling.scores(logits, chosen, tokens), tokens, n_draft), None, None)
+    p = sampling.probs(logits, positions=chosen, drafts=tokens)                     # (B, k+1, V)
     kk = tokens.shape[1]
     u = sampling.uniforms(kk + 1)
     n_acc, nxt = rejection_verify(p, draft.probs, tokens, n_draft, u[:, :kk], u[:, kk])
     beta = (acceptance_probability(p, draft.probs, tokens)                          # (B, k)
             if kk > 0 and want_beta else None)
     if sampling.any_argmax:
-        scores = sampling.scores(logits, chosen)                                    # (B, k+1, V)
+        scores = sampling.scores(logits, chosen, tokens)                            # (B, k+1, V)
         g_acc, g_nxt = greedy_verify(scores, tokens, n_draft)
         n_acc = torch.where(sampling.argmax_mask, g_acc, n_acc)
         nxt = torch.where(sampling.argmax_mask, g_nxt, nxt)
