@@ -12,6 +12,8 @@ K_MAX = 16
 SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1
 COUPLINGS = ("standard", "invariant")
 MAX_LOGPROBS = 20   # alternatives listed per token: OpenAI's top_logprobs limit
+PENALTY_RANGE = 2.0  # |frequency_penalty|, |presence_penalty| at most this: OpenAI's and vLLM's range
+LOGIT_BIAS_RANGE = 100.0   # a logit_bias value is clamped to +-this, as OpenAI and vLLM do
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -29,6 +31,13 @@ class SamplingParams:
     coupling: str = "standard"
     # None: no log-probabilities; n: each emitted token's, with the n most likely alternatives
     logprobs: int | None = None
+    # logit processing before temperature (verify/processors.py; vLLM's definitions):
+    # penalties count output tokens (frequency, presence) or prompt + output (repetition)
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()   # (token id, bias); a dict is accepted too
+    min_tokens: int = 0             # EOS and stop tokens are impossible before this many
 
     def __post_init__(self):
         if not isinstance(self.temperature, (int, float)) or self.temperature != self.temperature \
@@ -48,6 +57,30 @@ class SamplingParams:
         if self.coupling not in COUPLINGS:
             raise ConfigError(f"coupling must be one of {', '.join(COUPLINGS)}, got {self.coupling!r}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        self._check_processing()
+
+    def _check_processing(self) -> None:
+        def number(x) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+        for name in ("frequency_penalty", "presence_penalty"):
+            v = getattr(self, name)
+            if not number(v) or not -PENALTY_RANGE <= v <= PENALTY_RANGE:
+                raise ConfigError(f"{name} must be in [-{PENALTY_RANGE:g}, {PENALTY_RANGE:g}], got {v!r}")
+        if not number(self.repetition_penalty) or self.repetition_penalty <= 0:
+            raise ConfigError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
+        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) \
+                or not 0 <= self.min_tokens <= self.max_new_tokens:
+            raise ConfigError(f"min_tokens must be an integer in 0..max_new_tokens ({self.max_new_tokens}), "
+                              f"got {self.min_tokens!r}")
+        items = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
+        bias = []
+        for t, v in items:
+            if isinstance(t, str) and t.isdecimal():     # OpenAI's JSON keys: token ids as strings
+                t = int(t)
+            if isinstance(t, bool) or not isinstance(t, int) or t < 0 or not number(v):
+                raise ConfigError(f"logit_bias maps token ids (integers >= 0) to numbers, got {t!r}: {v!r}")
+            bias.append((t, max(-LOGIT_BIAS_RANGE, min(LOGIT_BIAS_RANGE, float(v)))))
+        object.__setattr__(self, "logit_bias", tuple(sorted(bias)))
 
     @property
     def greedy(self) -> bool:

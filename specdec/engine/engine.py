@@ -30,7 +30,7 @@ from .metrics import EngineMetrics
 from .policy import KPolicy, simple_policy
 from .round import RoundResult
 from .sequence import Sequence, Status
-from .validation import check_request
+from .validation import check_params, check_request
 from .verification import plain_next, verify_round
 
 
@@ -72,6 +72,7 @@ class Engine:
         """Queue a request. Raises PromptError for an empty or over-long prompt."""
         V = self.target.config.vocab_size
         check_request(prompt_ids, params.max_new_tokens, V, self.config.max_model_len)
+        check_params(params, V)
         seq = Sequence(prompt_ids, params, self.eos_ids)
         if params.coupled:
             seq.noise = CoupledNoise(seq.seed, V)
@@ -133,7 +134,8 @@ class Engine:
         positions = torch.tensor(pos_rows, device=dev)                                  # (B, k+1)
         sampling = batch.sampling
         best = (torch.empty(B, kk + 1, dtype=torch.long, device=dev)
-                if sampling.all_argmax and not sampling.any_coupled else None)          # (B, k+1)
+                if sampling.all_argmax and not sampling.any_coupled and not sampling.processed
+                else None)                                                               # (B, k+1)
         logits = self.target(tokens, positions, self.cache, argmax_out=best)            # (B, k+1, V)
         target_argmax = best.tolist() if best is not None else None                     # the host sync
         # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
@@ -201,13 +203,10 @@ class Engine:
         self.cache.reset(row)
         logits = self.target(ids, pos, self.cache.rows(row, row + 1))[:, -1:]           # (1, 1, V)
         self.cache.advance(row, ids.shape[1])
-        if seq.params.greedy:
-            first = logits[0, 0].argmax()
-        elif seq.noise is not None:
-            s = BatchSampling([seq.params], [seq.generator], dev, [seq.noise])
+        s = BatchSampling([seq.params], [seq.generator], dev, [seq.noise], [seq])
+        if seq.params.greedy or seq.noise is not None:
             first = s.scores(logits, [[len(seq.token_ids)]])[0, 0].argmax()
         else:
-            s = BatchSampling([seq.params], [seq.generator], dev)
             first = sample(s.probs(logits)[:, 0], s.uniforms(1)[:, 0])[0]
         seq.stats.target_forwards += 1
         self.metrics.target_forwards += 1
@@ -247,7 +246,7 @@ class Engine:
         if self._sampling is None:
             self._sampling = BatchSampling([s.params for s in self.running],
                                            [s.generator for s in self.running], self.device,
-                                           [s.noise for s in self.running])
+                                           [s.noise for s in self.running], self.running)
         return self._sampling
 
     # ---- convenience ---------------------------------------------------------------------

@@ -17,3 +17,11 @@ def check_request(prompt_ids: list[int], max_new_tokens: int, vocab: int, max_mo
     if total > max_model_len:
         raise PromptError(f"prompt ({len(prompt_ids)} tokens) + {budget_name} ({max_new_tokens}) "
                           f"= {total} exceeds the context length {max_model_len}")
+
+
+def check_params(params, vocab: int) -> None:
+    """Raise PromptError for sampling settings that name tokens outside [0, vocab) (the
+    vocabulary-free checks are SamplingParams' own)."""
+    bad = [t for t, _ in params.logit_bias if t >= vocab]
+    if bad:
+        raise PromptError(f"logit_bias token ids must be integers in [0, {vocab}), got {bad[0]}")

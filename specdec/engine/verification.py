@@ -21,7 +21,7 @@ def plain_next(logits, target_argmax: list[list[int]] | None, sampling: BatchSam
             return [best[0] for best in target_argmax]
         return sampling.scores(logits, chosen)[:, 0].argmax(-1).tolist()
     if not sampling.any_argmax:
-        p = sampling.probs(logits)[:, 0]                                            # (B, V)
+        p = sampling.probs(logits, positions=chosen)[:, 0]                          # (B, V)
         return sample(p, sampling.uniforms(1)[:, 0]).tolist()
     return None
 
@@ -35,11 +35,11 @@ def verify_round(logits, target_argmax: list[list[int]] | None, draft: Draft, dr
     policy learns from it; argmax acceptance is already deterministic given the context)."""
     if sampling.all_argmax:
         if target_argmax is None:
-            target_argmax = sampling.scores(logits, chosen).argmax(-1).tolist()     # (B, k+1)
+            target_argmax = sampling.scores(logits, chosen, draft.tokens.to(logits.device)).argmax(-1).tolist()
         return (*greedy_verify(target_argmax, draft_rows, num_draft), None)
     dev = logits.device
     tokens = draft.tokens.to(dev)
-    p = sampling.probs(logits)                                                      # (B, k+1, V)
+    p = sampling.probs(logits, positions=chosen, drafts=tokens)                     # (B, k+1, V)
     kk = tokens.shape[1]
     u = sampling.uniforms(kk + 1)
     n_acc, nxt = rejection_verify(p, draft.probs, tokens, torch.tensor(num_draft, device=dev),
@@ -47,7 +47,7 @@ def verify_round(logits, target_argmax: list[list[int]] | None, draft: Draft, dr
     beta = (acceptance_probability(p, draft.probs, tokens)                          # (B, k)
             if kk > 0 and want_beta else None)
     if sampling.any_argmax:
-        best = sampling.scores(logits, chosen).argmax(-1)                           # (B, k+1)
+        best = sampling.scores(logits, chosen, tokens).argmax(-1)                   # (B, k+1)
         g_acc, g_nxt = greedy_verify(best.tolist(), draft_rows, num_draft)
         mask = sampling.argmax_mask
         n_acc = torch.where(mask, torch.tensor(g_acc, device=dev), n_acc)

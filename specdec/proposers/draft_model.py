@@ -55,7 +55,7 @@ class DraftModelProposer(Proposer):
         native = getattr(self.model, "native", None) if k > 1 else None
         # On the compiled decoder, drafts 1..k-1 come from one C call (no Python between the
         # draft's steps) for greedy batches and for sampled batches with temperature only.
-        if native is not None and s.all_argmax and not s.any_coupled:
+        if native is not None and s.all_argmax and not s.any_coupled and not s.processed:
             best = torch.empty(B, T, dtype=torch.long)                                  # (B, T)
             self.model(tokens, positions, self.cache, num_layers=self.num_layers, argmax_out=best)
             self._advance(feeds)
@@ -77,14 +77,16 @@ class DraftModelProposer(Proposer):
         first = [len(seq.token_ids) for seq in context]             # the position draft 0 fills
         out, qs = [], []
         for i in range(k):
-            # greedy rows: argmax of the logits; coupled rows: of log q + the position's noise
+            # greedy rows: argmax of the logits; coupled rows: of log q + the position's noise.
+            # Processed rows (penalties) see the drafts so far, as the target's p will.
+            at, before = [[t + i] for t in first], torch.stack(out, 1) if out and s.processed else None
             if s.all_argmax:
-                tok = s.scores(logits, [[t + i] for t in first])[:, 0].argmax(-1)
+                tok = s.scores(logits, at, before)[:, 0].argmax(-1)
             else:
-                q = s.probs(logits)[:, 0]                                              # (B, V)
+                q = s.probs(logits, positions=at, drafts=before)[:, 0]                 # (B, V)
                 tok = sample(q, u[:, i])
                 if s.any_argmax:
-                    best = s.scores(logits, [[t + i] for t in first])[:, 0].argmax(-1)
+                    best = s.scores(logits, at, before)[:, 0].argmax(-1)
                     tok = torch.where(s.argmax_mask, best, tok)
                 qs.append(q)
             out.append(tok)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from .coupling import coupled_scores
+from .processors import LogitProcessing, needs_processing
 
 
 def probs_from_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor | None = None,
@@ -60,9 +61,15 @@ class BatchSampling:
     """Per-row sampling settings of the running batch as tensors, built once per batch change.
 
     Rows verified by argmax: greedy rows (on the logits) and coupled rows (on the coupled
-    scores, verify/coupling.py). The others are verified by rejection sampling."""
+    scores, verify/coupling.py). The others are verified by rejection sampling.
 
-    def __init__(self, params: list, generators: list, device="cpu", noises: list | None = None):
+    `rows` (the running sequences) are needed when a request processes its logits
+    (logit_bias, penalties, min_tokens: verify/processors.py); `processed` says so, and
+    then every `probs`/`scores` call takes the positions it chooses and the drafts before
+    them, so that the target's p and the draft's q see the same history."""
+
+    def __init__(self, params: list, generators: list, device="cpu", noises: list | None = None,
+                 rows: list | None = None):
         self.generators = generators
         self.greedy = [p.greedy for p in params]
         self.all_greedy = all(self.greedy)
@@ -79,27 +86,48 @@ class BatchSampling:
         self.top_p = (torch.tensor([float(p.top_p) for p in params], device=device)
                       if any(p.top_p < 1 for p in params) else None)
         self.device = device
-        # sampled rows only, filtered by temperature alone: what the compiled draft loop samples
-        self.temperature_only = not self.any_argmax and self.top_k is None and self.top_p is None
+        self.processed = any(needs_processing(p) for p in params)
+        if self.processed and rows is None:
+            raise ValueError("a request that processes its logits needs the batch's rows")
+        self.processing = LogitProcessing(rows) if self.processed else None
+        # sampled rows only, filtered by temperature alone and no logits processing: what the
+        # compiled draft loop samples
+        self.temperature_only = (not self.any_argmax and self.top_k is None and self.top_p is None
+                                 and not self.processed)
 
-    def probs(self, logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def process(self, logits: torch.Tensor, positions=None, drafts=None, rows=None) -> torch.Tensor:
+        """logits (B, T, V) -> the processed logits (the same tensor when no row processes).
+        positions (B, T): the absolute positions chosen (default: those after the committed
+        tokens); drafts (B, D): the tokens proposed after the committed ones."""
+        if self.processing is None:
+            return logits
+        return self.processing.apply(logits.float(), positions, drafts,
+                                     rows.tolist() if rows is not None else None)
+
+    def probs(self, logits: torch.Tensor, rows: torch.Tensor | None = None, positions=None,
+              drafts=None) -> torch.Tensor:
         """logits (B, T, V) -> filtered probabilities (B, T, V). With `rows` (n,) indices,
-        logits (n, T, V) belong to those rows of the batch and get their settings."""
+        logits (n, T, V) belong to those rows of the batch and get their settings.
+        positions, drafts: as for `process`."""
+        logits = self.process(logits, positions, drafts, rows)
         if rows is None:
             return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
         pick = lambda t: None if t is None else t[rows]                                 # noqa: E731
         return probs_from_logits(logits, self.temperature[rows], pick(self.top_k), pick(self.top_p))
 
-    def scores(self, logits: torch.Tensor, positions: list[list[int]]) -> torch.Tensor:
-        """logits (B, T, V), positions (B, T) of the tokens being chosen -> (B, T, V) scores
-        whose argmax is the row's token: the logits for greedy rows, log p + g for coupled
-        rows (the others' are the logits too, unused)."""
+    def scores(self, logits: torch.Tensor, positions: list[list[int]], drafts=None) -> torch.Tensor:
+        """logits (B, T, V), positions (B, T) of the tokens being chosen, drafts as for
+        `process` -> (B, T, V) scores whose argmax is the row's token: the (processed)
+        logits for greedy rows, log p + g for coupled rows (the others' are the logits too,
+        unused)."""
+        logits = self.process(logits, positions, drafts)
         if not self.any_coupled:
             return logits
         noise = torch.stack([n.at(pos) if n is not None else torch.zeros(len(pos), logits.shape[-1])
                              for n, pos in zip(self.noises, positions)]).to(logits.device)  # (B, T, V)
         coupled = torch.tensor([n is not None for n in self.noises], device=logits.device)
-        return torch.where(coupled[:, None, None], coupled_scores(self.probs(logits), noise), logits.float())
+        probs = probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
+        return torch.where(coupled[:, None, None], coupled_scores(probs, noise), logits.float())
 
     def uniforms(self, n: int) -> torch.Tensor:
         """(B, n) uniforms, each row from its own request's generator (greedy rows: zeros)."""
