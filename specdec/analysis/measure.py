@@ -9,8 +9,13 @@ speculation over the same without (each group's ratio is kept as well). Groups d
 different prompts, whose acceptance differs, so pooling (rather than taking the median
 group) is what a prediction from the groups' own acceptance can be compared with.
 
+Every timed step is kept as (progress, wall seconds, thread CPU seconds, tokens), so a
+group splits into paired stretches and the cell's speed-up gets a bootstrap interval
+(interval.py); blocks whose cells stay wider than ±10% get extra groups (extend.py).
+
 Collected per cell: per-position acceptance counts, accepted length of every round,
-per-prompt alpha (also grouped as the rows of each group), tokens per target step, and, for
+per-prompt alpha (also grouped as the rows of each group), tokens per target step, the
+repetition of the outputs (repetition.py), the mean cache length while decoding, and, for
 greedy cells, whether every output was identical to plain decoding.
 """
 from __future__ import annotations
