@@ -7,10 +7,11 @@ from ..errors import ConfigError
 
 # about 4 minutes on a 2-core machine with the bundled models. Cells whose interval is
 # still wider than +-10% get extra groups (analysis/extend.py) for at most extend_s seconds,
-# or, when that is None, extend_share of the time the planned groups took: quick keeps it
-# small, the full grid, long already, can afford more. A tiny grid gets a tiny budget.
+# or, when that is None, extend_share of the time the planned groups took (a tiny grid gets
+# a tiny budget): quick, whose decoding is about a quarter of its run, adds about an eighth
+# to the run; the full grid, whose decoding is most of a long run, adds about a third.
 QUICK = dict(k=[1, 3, 6], batch_sizes=[1, 4, 16], temperatures=[0.0, 0.7, 1.0, 1.5], repeats=3,
-             max_new_tokens=64, prompt_tokens=64, extend_s=None, extend_share=0.15)
+             max_new_tokens=64, prompt_tokens=64, extend_s=None, extend_share=0.5)
 FULL = dict(k=[1, 2, 3, 4, 6, 8], batch_sizes=[1, 2, 4, 8, 16, 32], temperatures=[0.0, 0.7, 1.0, 1.5],
             repeats=4, max_new_tokens=64, prompt_tokens=128, extend_s=None, extend_share=0.3)
 

@@ -2,6 +2,7 @@
 interval, the extension of wide cells, the in-run offset, and the rule that picks regimes."""
 import random
 
+import numpy as np
 import pytest
 
 from specdec.analysis import interval as I
@@ -14,36 +15,50 @@ def test_stretches_pair_steps_by_progress():
     plain = [(j / 8, 0.01, 0.009, 1) for j in range(8)]                  # 8 steps, 1 token each
     spec = [(0.0, 0.02, 0.018, 3), (3 / 8, 0.02, 0.018, 3), (6 / 8, 0.02, 0.018, 2)]
     u = I.stretches(plain, spec, n=4)
-    assert u == [(2, 0.02, 3, 0.02), (2, 0.02, 3, 0.02), (2, 0.02, 0, 0.0), (2, 0.02, 2, 0.02)]
+    assert u == [(2, 0.02, 3, 0.02, 2, 1), (2, 0.02, 3, 0.02, 2, 1), (2, 0.02, 0, 0.0, 2, 0),
+                 (2, 0.02, 2, 0.02, 2, 1)]
     cpu = I.stretches(plain, spec, n=4, cpu=True)
-    assert cpu[0] == pytest.approx((2, 0.018, 3, 0.018))
-    assert I.pooled(__import__("numpy").array(u)) == pytest.approx((8 / 0.06) / (8 / 0.08))
+    assert cpu[0] == pytest.approx((2, 0.018, 3, 0.018, 2, 1))
+    assert I.pooled(np.array(u)) == pytest.approx((8 / 0.06) / (8 / 0.08))
+
+
+def units(rng, n, noise, tokens=(8, 12), steps=(8, 4), round_cost=2.0, step_s=0.01):
+    """n paired stretches: plain `steps[0]` steps of `step_s`, spec `steps[1]` rounds of
+    `round_cost` plain steps, each side's time with multiplicative log-normal noise."""
+    return [(tokens[0], steps[0] * step_s * rng.lognormvariate(0, noise), tokens[1],
+             steps[1] * round_cost * step_s * rng.lognormvariate(0, noise), steps[0], steps[1]) for _ in range(n)]
 
 
 def test_interval_of_noise_free_units_is_the_point():
-    units = [(10, 0.1, 20, 0.1)] * 12                                     # every stretch exactly 2x
-    point, lo, hi = I.bootstrap(units)
-    assert point == lo == hi == pytest.approx(2.0) and I.half_width(point, lo, hi) == 0.0
-    assert I.bootstrap([(10, 0.1, 20, 0.1)]) == (pytest.approx(2.0),) * 3   # one unit: no interval
+    point, lo, hi = I.bootstrap(units(random.Random(0), 12, 0.0))
+    # 12 tokens in 4 rounds of 2 plain steps against 8 tokens in 8 steps: 1.5x
+    assert point == pytest.approx(1.5) and lo == pytest.approx(1.5) and hi == pytest.approx(1.5)
+    assert I.half_width(point, lo, hi) == pytest.approx(0.0, abs=1e-12)
+    one = I.bootstrap(units(random.Random(0), 1, 0.2))
+    assert one[0] == one[1] == one[2]                                     # one unit: no interval
 
 
 def test_interval_covers_the_true_speedup_at_the_nominal_rate():
-    # true speed-up 1.5; each stretch's times carry 20% multiplicative noise on each side
     rng = random.Random(1)
     hits, trials = 0, 200
     for t in range(trials):
-        units = [(8, 0.08 * rng.lognormvariate(0, 0.2), 12, 0.08 * rng.lognormvariate(0, 0.2)) for _ in range(16)]
-        _, lo, hi = I.bootstrap(units, draws=400, seed=t)
+        _, lo, hi = I.bootstrap(units(rng, 16, 0.2), draws=400, seed=t)
         hits += lo <= 1.5 <= hi
     assert 0.85 <= hits / trials <= 0.99          # percentile bootstrap, 16 units: near 95%
 
 
+def test_interval_is_the_timings_not_the_acceptances():
+    # stretches whose acceptance differs but whose round cost is exact: no timing uncertainty
+    u = [(8, 0.08, t, 4 * 0.02, 8, 4) for t in (4, 8, 12, 16)]
+    point, lo, hi = I.bootstrap(u)
+    assert point == pytest.approx(40 / 32) and lo == pytest.approx(point) and hi == pytest.approx(point)
+
+
 def test_interval_narrows_with_more_units_and_is_deterministic():
-    rng = random.Random(2)
-    units = [(8, 0.08 * rng.lognormvariate(0, 0.3), 12, 0.08 * rng.lognormvariate(0, 0.3)) for _ in range(64)]
-    few, many = I.bootstrap(units[:8]), I.bootstrap(units)
+    u = units(random.Random(2), 64, 0.3)
+    few, many = I.bootstrap(u[:8]), I.bootstrap(u)
     assert I.half_width(*many) < I.half_width(*few) / 1.8                 # about 1/sqrt(8) narrower
-    assert I.bootstrap(units) == many
+    assert I.bootstrap(u) == many
 
 
 def test_groups_needed_follows_one_over_sqrt_n():
