@@ -24,13 +24,17 @@ from ..costs.report import cost_table
 class Costs:
     t_target: Callable[[int, int], float]           # (b, q) -> seconds, one forward of q positions per row
     t_draft: Callable[[int], float]                 # b -> seconds per drafted token (all rows)
-    t_round: Callable[[int, int, bool], float]      # (b, k, sampled) -> seconds of a real engine step
+    t_round: Callable[..., float]                   # (b, k, sampled[, L]) -> seconds of a real engine step
     source: str                                     # how the numbers were obtained, for the report
     raw: dict = field(default_factory=dict)         # the cost model's own table
 
     def ratio(self, b: int, k: int, sampled: bool = False) -> float:
         """A k-draft round's cost in plain engine steps at the same batch size."""
         return self.t_round(b, k, sampled) / self.t_round(b, 0, sampled)
+
+    def step(self, b: int, k: int, sampled: bool = False, L: float | None = None) -> float:
+        """t_round at cache length L (None: the analysis's own)."""
+        return self.t_round(b, k, sampled) if L is None else self.t_round(b, k, sampled, L)
 
     def forward_ratio(self, b: int, k: int) -> float:
         """The same from the forwards alone: (t_target(b, k+1) + k t_draft(b)) / t_target(b, 1)."""
@@ -72,5 +76,5 @@ def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context:
         if on_progress:
             on_progress((i + 2) / (1 + len(modes)))
     return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context) if key else 0.0,
-                 lambda b, k, s: cm.t_round(key, b, k, context, s),
+                 lambda b, k, s, L=None: cm.t_round(key, b, k, context if L is None else L, s),
                  "measured cost model (costs/cost_model.py): forwards plus real engine rounds", cost_table(cm))

@@ -9,8 +9,13 @@ speculation over the same without (each group's ratio is kept as well). Groups d
 different prompts, whose acceptance differs, so pooling (rather than taking the median
 group) is what a prediction from the groups' own acceptance can be compared with.
 
+Every timed step is kept as (progress, wall seconds, thread CPU seconds, tokens), so a
+group splits into paired stretches and the cell's speed-up gets a bootstrap interval
+(interval.py); blocks whose cells stay wider than ±10% get extra groups (extend.py).
+
 Collected per cell: per-position acceptance counts, accepted length of every round,
-per-prompt alpha (also grouped as the rows of each group), tokens per target step, and, for
+per-prompt alpha (also grouped as the rows of each group), tokens per target step, the
+repetition of the outputs (repetition.py), the mean cache length while decoding, and, for
 greedy cells, whether every output was identical to plain decoding.
 """
 from __future__ import annotations
@@ -23,7 +28,10 @@ from itertools import product
 
 from ..config import EngineConfig, SamplingParams
 from ..build import Models, make_engine
+from .extend import extend_wide
+from .interval import bootstrap, half_width, stretches
 from .predict import fit_alpha
+from .repetition import repetition_fraction
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class Run:
     outputs: list[list[int]]
     stats: list                        # SeqStats of each sequence
     metrics: dict = field(default_factory=dict)   # the engine's: k_hist, acceptance_rate, ...
+    steps: list = field(default_factory=list)     # interval.Step of every timed decode step
 
 
 def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params: list[SamplingParams],
@@ -95,13 +104,13 @@ def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params:
     Steps that only admit requests (prefill and their first tokens: identical work for every
     spec) are neither timed nor counted, the first one as well as those of later waves when
     there are more prompts than `max_batch`."""
-    engines, seqs, times, n0 = {}, {}, {}, {}
+    engines, seqs, times, n0, steps = {}, {}, {}, {}, {}
     for name, spec in specs.items():
         eng = make_engine(models, spec, EngineConfig(max_batch=max_batch or len(prompts), max_model_len=max_len,
                                                      device=device), cost_model=cost_model)
         seqs[name] = [eng.add_request(p, sp) for p, sp in zip(prompts, params)]
         eng.step()                                            # admission: prefill, first tokens
-        engines[name], times[name] = eng, []
+        engines[name], times[name], steps[name] = eng, [], []
         n0[name] = sum(s.num_output for s in seqs[name])
     total = sum(sp.max_new_tokens for sp in params)
     while True:
@@ -111,12 +120,15 @@ def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params:
         name = min(live, key=lambda n: sum(s.num_output for s in seqs[n]) / total)
         eng, before = engines[name], engines[name].metrics.steps
         out_before = sum(s.num_output for s in seqs[name])
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         eng.step()
+        dt, dc = time.perf_counter() - t0, time.thread_time() - c0
+        gained = sum(s.num_output for s in seqs[name]) - out_before
         if eng.metrics.steps == before:                       # an admission step: prefill
-            n0[name] += sum(s.num_output for s in seqs[name]) - out_before
+            n0[name] += gained
         else:
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(dt)
+            steps[name].append((out_before / total, dt, dc, gained))
     out = {}
     for name, eng in engines.items():
         eng.collect_finished()
@@ -125,7 +137,7 @@ def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params:
         out[name] = Run(n / dt if dt > 0 else 0.0, n, dt, statistics.median(times[name]) if times[name] else 0.0,
                         [s.output_ids for s in seqs[name]], [s.stats for s in seqs[name]],
                         {"k_hist": dict(m.k_hist), "acceptance_rate": m.acceptance_rate,
-                         "mean_acceptance_length": m.mean_acceptance_length})
+                         "mean_acceptance_length": m.mean_acceptance_length}, steps[name])
     return out
 
 
@@ -143,8 +155,17 @@ class CellResult:
     group_alphas: list[list[float]] = field(default_factory=list)   # per group, alpha of each row
     totals: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # plain tok, s; spec tok, s
     identical: bool | None = None
+    units: list = field(default_factory=list)        # interval.stretches of every group, wall time
+    units_cpu: list = field(default_factory=list)    # the same in the stepping thread's CPU time
+    repetition: list = field(default_factory=list)   # (tokens, repetition fraction) of each output
+    context: list = field(default_factory=list)      # mean cache length while decoding, per group
+    extra_groups: int = 0                            # groups added because the interval was wide
 
-    def add(self, plain: Run, spec: Run) -> None:
+    def add(self, plain: Run, spec: Run, context: float = 0.0) -> None:
+        self.units += stretches(plain.steps, spec.steps)
+        self.units_cpu += stretches(plain.steps, spec.steps, cpu=True)
+        self.repetition += [(len(o), repetition_fraction(o)) for o in spec.outputs]
+        self.context.append(context)
         self.plain_tok_s.append(plain.tok_s)
         self.spec_tok_s.append(spec.tok_s)
         for i, x in enumerate((plain.tokens, plain.decode_s, spec.tokens, spec.decode_s)):
@@ -172,10 +193,16 @@ class CellResult:
         ratios = [s / p for s, p in zip(self.spec_tok_s, self.plain_tok_s) if p > 0]
         pn, pt, sn, st = self.totals
         pooled = (sn / st) / (pn / pt) if pn and pt and st else 0.0
+        _, lo, hi = bootstrap(self.units) if self.units else (pooled, pooled, pooled)
+        cpu, cpu_lo, cpu_hi = bootstrap(self.units_cpu) if self.units_cpu else (0.0, 0.0, 0.0)
+        n_rep = sum(n for n, _ in self.repetition)
         return {
             "workload": c.workload, "k": c.k, "batch": c.batch, "temperature": c.temperature,
             "groups": len(ratios),
-            "speedup": pooled, "speedups": ratios,
+            "speedup": pooled, "speedups": ratios, "ci": [lo, hi], "ci_half": half_width(pooled, lo, hi),
+            "speedup_cpu": cpu, "ci_cpu": [cpu_lo, cpu_hi], "ci_half_cpu": half_width(cpu, cpu_lo, cpu_hi),
+            "repetition": sum(n * f for n, f in self.repetition) / n_rep if n_rep else 0.0,
+            "context": statistics.mean(self.context) if self.context else 0.0,
             "plain_tok_s": statistics.median(self.plain_tok_s) if self.plain_tok_s else 0.0,
             "spec_tok_s": statistics.median(self.spec_tok_s) if self.spec_tok_s else 0.0,
             "plain_step_s": statistics.median(self.plain_step_s) if self.plain_step_s else 0.0,
@@ -187,7 +214,7 @@ class CellResult:
             "accepted_per_pos": self.accepted_per_pos,
             "accepted_length_hist": {str(n): m for n, m in sorted(Counter(L).items())},
             "prompt_alphas": self.prompt_alphas, "group_alphas": self.group_alphas,
-            "identical_to_plain": self.identical,
+            "identical_to_plain": self.identical, "extra_groups": self.extra_groups,
         }
 
 
@@ -197,29 +224,51 @@ def _group_prompts(prompts: list[list[int]], g: int, b: int) -> list[list[int]]:
 
 
 def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
-             on_run=None) -> list[CellResult]:
-    """Run every block of `plan`. `spec_for_k(k)` gives the SpecConfig (k = 0: plain).
-    `on_run(description)` is called after each decode run (for progress bars)."""
+             on_run=None, extend_s: float | None = 0.0, extend_share: float = 0.0,
+             info: dict | None = None) -> list[CellResult]:
+    """Run every block of `plan`, then extra groups for blocks whose cells' intervals are
+    still wider than interval.WIDE, for at most `extend_s` seconds (None: `extend_share` of
+    the time the planned groups took; see extend.py). `info`, when given, receives the
+    budget and the extra groups run. `spec_for_k(k)`
+    gives the SpecConfig (k = 0: plain). `on_run(description)` is called after each decode
+    run (for progress bars). A cell's `extra_groups` counts the groups added for it."""
     results: dict[Cell, CellResult] = {}
-    warmed: set[int] = set()
-    for (w, b, temp), ks in plan.blocks().items():
-        prompts = plan.prompts[w]
+    blocks, warmed = plan.blocks(), set()
+
+    def run_group(block, g: int) -> None:
+        w, b, temp = block
+        ks, prompts = blocks[block], plan.prompts[w]
         longest = max(len(p) for p in prompts)
         max_len = min(longest + plan.max_new_tokens + 8, models.target.config.max_position_embeddings)
         specs = {k: spec_for_k(k) for k in [0] + ks}
         if b not in warmed:  # first calls at a new batch shape pay one-off costs
-            warm = _group_prompts(prompts, 0, b)
             wp = [SamplingParams(max_new_tokens=plan.warmup_tokens, ignore_eos=True)] * b
-            lockstep_runs(models, specs, warm, wp, max_len, device)
+            lockstep_runs(models, specs, _group_prompts(prompts, 0, b), wp, max_len, device)
             warmed.add(b)
+        group = _group_prompts(prompts, g, b)
+        params = [SamplingParams(temperature=temp, seed=10_000 * g + i, max_new_tokens=plan.max_new_tokens,
+                                 ignore_eos=True) for i in range(b)]
+        runs = lockstep_runs(models, specs, group, params, max_len, device)
+        if on_run:
+            on_run(f"{w} b={b} T={temp:g} k={','.join(map(str, ks))}" + (" (extra)" if g >= plan.groups else ""))
+        context = statistics.mean(len(p) for p in group) + plan.max_new_tokens / 2
+        for k in ks:
+            cell = Cell(w, k, b, temp)
+            results.setdefault(cell, CellResult(cell)).add(runs[0], runs[k], context)
+            results[cell].extra_groups += g >= plan.groups
+
+    durations: dict = {}
+    for block in blocks:
         for g in range(plan.groups):
-            group = _group_prompts(prompts, g, b)
-            params = [SamplingParams(temperature=temp, seed=10_000 * g + i, max_new_tokens=plan.max_new_tokens,
-                                     ignore_eos=True) for i in range(b)]
-            runs = lockstep_runs(models, specs, group, params, max_len, device)
-            if on_run:
-                on_run(f"{w} b={b} T={temp:g} k={','.join(map(str, ks))}")
-            for k in ks:
-                cell = Cell(w, k, b, temp)
-                results.setdefault(cell, CellResult(cell)).add(runs[0], runs[k])
+            t0 = time.perf_counter()
+            run_group(block, g)
+            durations.setdefault(block, []).append(time.perf_counter() - t0)
+    budget = extend_s if extend_s is not None else extend_share * sum(map(sum, durations.values()))
+    if budget > 0:
+        def width(block) -> float:
+            w, b, temp = block
+            return max(results[Cell(w, k, b, temp)].as_dict()["ci_half"] for k in blocks[block])
+        extra = extend_wide(run_group, width, {blk: plan.groups for blk in blocks}, durations, budget)
+        if info is not None:
+            info.update(extend_budget_s=budget, extra_groups=[[*blk, g] for blk, g in extra])
     return [results[c] for c in plan.cells if c in results]

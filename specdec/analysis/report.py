@@ -1,7 +1,8 @@
 """Write the analysis to --out: results.json, report.md, report.html and plots/*.png.
 
 The report opens with the plain-words verdict, then the regime table (regime | acceptance |
-tokens per target step | speed-up), prediction errors, where the i.i.d. formula misleads,
+tokens per target step | speed-up ± interval | prediction | repetition), prediction errors
+(uncertain cells apart), where the i.i.d. formula misleads,
 break-even acceptance, the best k per regime, every measured cell, the costs and the plots.
 All numbers are read from the summary dict built by `summarize.py`.
 """
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from .plots import all_plots
 from .render import to_html, to_markdown
+from .repetition import FLAG, NGRAM
+from .summarize import measured
 
 CAPTIONS = {
     "speedup_vs_alpha": "Speed-up against acceptance α at batch 1: theory curves for k = 1..8 using the "
@@ -33,6 +36,11 @@ def _pct(x, signed=True):
     return _f(None if x is None else 100 * x, "{:+.0f}%" if signed else "{:.0f}%")
 
 
+def _rep(c):
+    r = c.get("repetition", 0.0)
+    return f"{r:.0%}" + (" self-repeating" if r > FLAG else "")
+
+
 def _cell_name(c):
     return f"`{c['workload']}`, b={c['batch']}, T={c['temperature']:g}, k={c['k']}"
 
@@ -46,32 +54,50 @@ def build_blocks(summary: dict, meta: dict) -> list:
                f"every k decoded in lockstep), {meta['max_new_tokens']} new tokens per prompt; costs: "
                f"{summary['cost_table']['source']}. Wall time {meta['wall_s']:.0f} s.")]
     load = [x for x in meta.get("load_average", []) if x is not None]
-    if load and meta.get("cpus") and max(load) > meta["cpus"] + 1:
+    if meta.get("busy_warning") or (load and meta.get("cpus") and max(load) > meta["cpus"] + 1):
         B.append(("p", f"**Warning: the machine was busy** (load average up to {max(load):.1f} on {meta['cpus']} "
-                       "CPUs): other processes competed for the cores, so the timings, and the speed-ups and "
-                       "prediction errors built on them, are unreliable. Re-run on a quiet machine."))
+                       "CPUs): other processes competed for the cores. Every speed-up carries its 95% "
+                       "interval; cells whose interval stayed wider than ±10% are marked uncertain and left "
+                       "out of the error statistic."))
     B += [("h", 2, "Regimes"),
-          ("table", ["regime", "cell", "acceptance α", "tokens per target step", "speed-up, measured",
-                     "predicted"],
-           [[r["regime"], _cell_name(r["cell"]), _f(r["cell"]["alpha"]), _f(r["cell"]["tokens_per_step"]),
-             _f(r["cell"]["speedup"], "{:.2f}×"), _f(r["cell"]["pred"], "{:.2f}×")]
-            for r in summary["regimes"]])]
+          ("p", "Each regime is a workload chosen for what it is (regimes.py), at the k with the best "
+                "*predicted* speed-up, never the largest measured one. Measured: the pooled speed-up and its "
+                "95% bootstrap interval over paired stretches of the lockstep runs. Repeats: the fraction "
+                f"of generated tokens that repeat an earlier {NGRAM}-gram of the same output (flagged above "
+                f"{FLAG:.0%}: then the figures describe self-repetition, not the workload)."),
+          ("table", ["regime", "what", "cell", "acceptance α", "tokens per target step", "speed-up, measured",
+                     "predicted", "error", "repeats"],
+           [[r["regime"], r["what"], _cell_name(r["cell"]), _f(r["cell"]["alpha"]),
+             _f(r["cell"]["tokens_per_step"]), measured(r["cell"]), _f(r["cell"]["pred"], "{:.2f}×"),
+             _pct(r["cell"]["err"]), _rep(r["cell"])] for r in summary["regimes"]])]
     B += [("h", 2, "How good are the predictions?"),
-          ("p", f"Median absolute error over {err['cells']} cells: **{_pct(err['median_abs_err'], False)}**. "
+          ("p", f"Median absolute error over {err['cells']} of {err['cells_total']} cells: "
+                f"**{_pct(err['median_abs_err'], False)}** (the {len(err['uncertain'])} uncertain cells, "
+                f"whose 95% interval stayed wider than ±10% after {len(meta.get('extra_groups', []))} extra "
+                f"groups in a budget of {meta.get('extend_budget_s', 0):.0f} s, are left out; over every cell: {_pct(err['median_abs_err_all'], False)}). "
                 f"The prediction combines each cell's acceptance α (Leviathan's i.i.d. model) with the cost of "
-                f"a real round, measured apart from these runs on synthetic prompts, and follows the "
-                f"finite request round by round (the last round is cut short; a batch shrinks as rows "
-                f"finish). Variants: Leviathan's steady state "
+                f"a real round from the cost model, shifted by the per-step offset the cell's own plain steps "
+                f"show over the cost model's plain step (steps inside the runs pay for taking turns), and "
+                f"follows the finite request round by round (the last round is cut short; a batch shrinks "
+                f"as rows finish). Variants: the cost model alone, without the offset "
+                f"{_pct(err['median_abs_err_model'], False)}; Leviathan's steady state "
                 f"{_pct(err['median_abs_err_iid'], False)}; per-position acceptance taken from the block's "
                 f"largest k {_pct(err['median_abs_err_positional'], False)} (held-out k only: "
                 f"{_pct(err['median_abs_err_positional_held_out'], False)}); and the forwards alone, "
                 f"t_target(b, k+1) + k·t_draft(b), without the rest of a round "
                 f"{_pct(err['median_abs_err_forward_only'], False)}. "
                 f"Greedy outputs identical to plain decoding: "
-                f"**{'yes' if err['greedy_identical'] else 'NO'}** in {err['greedy_cells_checked']} cells.")]
+                f"**{'yes' if err['greedy_identical'] else 'NO'}** in {err['greedy_cells_checked']} cells."),
+          ("p", f"Timing estimator: the median 95% half-width of a cell's speed-up is "
+                f"{_pct(err['median_ci_half'], False)} in wall time and {_pct(err['median_ci_half_cpu'], False)} "
+                f"in the stepping thread's CPU time (time.thread_time). Speed-ups are reported in wall time, "
+                f"what a user waits for; the CPU-time figure is in results.json per cell.")]
+    if err["uncertain"]:
+        B.append(("table", ["uncertain cell", "measured", "predicted"],
+                  [[_cell_name(c), measured(c), _f(c["pred"], "{:.2f}×")] for c in err["uncertain"]]))
     if err["cells_over_10pct"]:
         B.append(("table", ["cell", "measured", "predicted", "why"],
-                  [[_cell_name(c), _f(c["speedup"], "{:.2f}×"), _f(c["pred"], "{:.2f}×"), c["why"]]
+                  [[_cell_name(c), measured(c), _f(c["pred"], "{:.2f}×"), c["why"]]
                    for c in err["cells_over_10pct"]]))
     B.append(("h", 2, "Where the i.i.d. formula misleads"))
     if err["iid_misleads"]:
@@ -103,12 +129,14 @@ def build_blocks(summary: dict, meta: dict) -> list:
              f"k={r['best_k']['positional'][0]} ({r['best_k']['positional'][1]:.2f}×)"] for r in summary["regimes"]])]
     B += [("h", 2, "Every cell"),
           ("table", ["workload", "k", "batch", "T", "α", "accept rate", "tokens/step", "round cost", "speed-up",
-                     "predicted", "error", "steady state", "per-position", "forwards only", "identical"],
+                     "95% interval", "groups", "predicted", "error", "cost model alone", "steady state",
+                     "per-position", "forwards only", "repeats", "identical"],
            [[c["workload"], c["k"], c["batch"], f"{c['temperature']:g}", _f(c["alpha"]),
              _f(c["acceptance_rate"]), _f(c["tokens_per_step"]), _f(c["ratio"], "{:.2f}×"),
-             _f(c["speedup"], "{:.2f}×"), _f(c["pred"], "{:.2f}×"), _pct(c["err"]),
+             _f(c["speedup"], "{:.2f}×"), "{:.2f}–{:.2f}×".format(*c["ci"]) + (" uncertain" if c["uncertain"] else ""),
+             c["groups"], _f(c["pred"], "{:.2f}×"), _pct(c["err"]), _f(c["pred_model"], "{:.2f}×"),
              _f(c["pred_iid"], "{:.2f}×"), _f(c["pred_positional"], "{:.2f}×"), _f(c["pred_forward"], "{:.2f}×"),
-             {True: "yes", False: "NO", None: "n/a"}[c["identical_to_plain"]]] for c in cells])]
+             _rep(c), {True: "yes", False: "NO", None: "n/a"}[c["identical_to_plain"]]] for c in cells])]
     tab = summary["cost_table"]
     t11 = tab["t_s"][0][0]
     B += [("h", 2, "Costs"),

@@ -22,6 +22,7 @@ from ..build import make_engine
 from ..adaptive.calibrate import round_timer
 from .costs import load_costs
 from .measure import Plan, plan_cells, run_plan
+from .regimes import HARD, PREDICTABLE
 from .report import write_report
 from .summarize import summarize
 
@@ -53,6 +54,10 @@ class Progress:
         if not self.disabled:
             self.console.log(text)
 
+    def warn(self, text: str) -> None:
+        """Printed even without progress bars."""
+        self.console.print(text, style="bold yellow", highlight=False)
+
 
 def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, method: str, out: Path,
             bars: Progress, full: bool = False, quick: bool = False, device: str = "cpu",
@@ -60,6 +65,9 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
     """Run the whole analysis with settings `s` (k, batch_sizes, temperatures, repeats,
     max_new_tokens, prompt_tokens) and write the report into `out`. Returns the paths."""
     t_start, load_start = time.perf_counter(), _load()
+    busy = busy_warning(load_start, os.cpu_count())
+    if busy:
+        bars.warn(busy)
     limit = models.target.config.max_position_embeddings - s["max_new_tokens"] - 8
     prompts = {w: [p for p in ps if len(p) <= limit] for w, ps in prompts.items()}
     if not all(prompts.values()):
@@ -67,7 +75,8 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
         raise ConfigError(f"no prompt of {', '.join(empty)} fits the context ({limit} prompt tokens "
                           f"+ {s['max_new_tokens']} new)")
     names = list(prompts)
-    sweep = ([w for w in names if w == "code"] or names[:1]) if quick else names
+    # long-code decodes at the full context: batch 1 only (a batch of such prompts is minutes)
+    sweep = ([w for w in names if w == PREDICTABLE] or names[:1]) if quick else [w for w in names if w != HARD]
     cells = plan_cells(names, s["k"], s["batch_sizes"], s["temperatures"], full=full, sweep_workloads=sweep)
     plan = Plan(cells, prompts, groups=s["repeats"], max_new_tokens=s["max_new_tokens"])
     k_top = max(s["k"])
@@ -84,7 +93,9 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
     bars.update(task, completed=100)
 
     task = bars.add("decoding: plain vs speculative", total=plan.num_runs())
-    results = run_plan(models, plan, spec_for_k, device=device,
+    ran: dict = {"extend_budget_s": 0.0, "extra_groups": []}
+    results = run_plan(models, plan, spec_for_k, device=device, extend_s=s["extend_s"], extend_share=s["extend_share"],
+                       info=ran,
                        on_run=lambda d: bars.update(task, advance=1, detail=d))
 
     task = bars.add("predicting and writing the report", total=2)
@@ -99,11 +110,24 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
             "torch": torch.__version__, "costs_remeasured": remeasure,
             "machine": platform.processor() or platform.machine(),
             "wall_s": time.perf_counter() - t_start, "cpus": os.cpu_count(),
-            "load_average": [load_start, _load()]}
+            "load_average": [load_start, _load()], "busy_warning": busy,
+            **ran}
     summary["cost_model_table"] = costs.raw
     paths = write_report(out, summary, costs, meta)
     bars.update(task, advance=1)
     return paths
+
+
+BUSY = 0.5     # load per CPU above which the machine is busy: half the cores taken before we start
+
+
+def busy_warning(load: float | None, cpus: int | None) -> str:
+    """A warning line when the 1-minute load average, taken before the analysis starts,
+    says other processes hold the cores (load > BUSY per CPU); "" otherwise."""
+    if load is None or not cpus or load <= BUSY * cpus:
+        return ""
+    return (f"warning: the machine is busy (load average {load:.1f} on {cpus} CPUs before the analysis "
+            "started): timings will be noisy; cells whose interval stays wide are marked uncertain")
 
 
 def _load() -> float | None:

@@ -5,16 +5,21 @@ from __future__ import annotations
 from ..config import K_MAX
 from ..errors import ConfigError
 
-# about 3 minutes on a 2-core machine with the bundled models
+# about 4 minutes on a 2-core machine with the bundled models. Cells whose interval is
+# still wider than +-10% get extra groups (analysis/extend.py) for at most extend_s seconds,
+# or, when that is None, extend_share of the time the planned groups took (a tiny grid gets
+# a tiny budget): quick, whose decoding is about a quarter of its run, adds about an eighth
+# to the run; the full grid, whose decoding is most of a long run, adds about a third.
 QUICK = dict(k=[1, 3, 6], batch_sizes=[1, 4, 16], temperatures=[0.0, 0.7, 1.0, 1.5], repeats=3,
-             max_new_tokens=64, prompt_tokens=64)
+             max_new_tokens=64, prompt_tokens=64, extend_s=None, extend_share=0.5)
 FULL = dict(k=[1, 2, 3, 4, 6, 8], batch_sizes=[1, 2, 4, 8, 16, 32], temperatures=[0.0, 0.7, 1.0, 1.5],
-            repeats=4, max_new_tokens=64, prompt_tokens=128)
+            repeats=4, max_new_tokens=64, prompt_tokens=128, extend_s=None, extend_share=0.3)
 
 
 def grid_settings(quick: bool, **given) -> dict:
     """The QUICK or FULL grid with each setting in `given` that is not None put in its place
-    (k, batch_sizes, temperatures, repeats, max_new_tokens, prompt_tokens); ConfigError
+    (k, batch_sizes, temperatures, repeats, max_new_tokens, prompt_tokens, extend_s,
+    extend_share); ConfigError
     for values out of range."""
     base = QUICK if quick else FULL
     unknown = sorted(set(given) - set(base))
@@ -32,4 +37,6 @@ def grid_settings(quick: bool, **given) -> dict:
         raise ConfigError("--temperatures must be >= 0")
     if s["repeats"] < 1 or s["max_new_tokens"] < 4 or s["prompt_tokens"] < 4:
         raise ConfigError("--repeats must be >= 1, --max-new-tokens and --prompt-tokens >= 4")
+    if (s["extend_s"] is not None and s["extend_s"] < 0) or s["extend_share"] < 0:
+        raise ConfigError("--extend-s must be >= 0")
     return s

@@ -4,11 +4,13 @@ Input: cell dicts from `measure.CellResult.as_dict()` and a `costs.Costs`. Outpu
 JSON-able dict that `report.py` renders. Every number in it comes from the measurements.
 
 The cost of a round is the measured real engine step (`Costs.t_round`: forwards plus the
-per-round overhead), in units of a plain step at the same batch size. Predictions per cell:
+per-round overhead) at the cell's cache length, plus the per-step offset the cell's own
+plain steps show over the cost model's (in_run.py), in units of a plain step at the same
+batch size (`ratio`; `ratio_model` without the offset). Predictions per cell:
 - `pred` (the headline): each prompt's fitted alpha, Leviathan's i.i.d. acceptance, and
   the finite request length followed round by round (`predict.simulate_speedup`: the last
   round is cut short, the batch shrinks as rows finish), pooled over the groups as the
-  measurement is;
+  measurement is; `pred_model` is the same from the cost model alone (no offset);
 - `pred_iid`: Leviathan's steady state (1 - a^(k+1))/(1 - a) divided by the round's cost;
 - `pred_positional`: per-position acceptance measured at the block's largest k (held out
   for every smaller k), steady state: this tests whether one run's acceptance predicts
@@ -21,6 +23,9 @@ from __future__ import annotations
 import statistics
 
 from . import predict as P
+from .in_run import offset, shifted
+from .interval import WIDE
+from .regimes import headline, regimes
 
 THEORY_KS = tuple(range(1, 9))
 MISLEAD = 0.10      # the i.i.d. tokens-per-round estimate is "misleading" beyond this relative error
@@ -40,10 +45,16 @@ def annotate(cells: list[dict], costs, new_tokens: int | None = None) -> list[di
             largest[key] = c
     for c in cells:
         k, b, sampled = c["k"], c["batch"], c["temperature"] > 0
+        L = c.get("context") or None
+        model = lambda a, kk: costs.step(a, kk, sampled, L)                          # noqa: E731
+        c["plain_step_model_s"] = model(b, 0)
+        c["step_offset_s"] = offset(c["plain_step_s"], c["plain_step_model_s"])
+        step = shifted(model, c["step_offset_s"])
         ref = largest[(c["workload"], b, c["temperature"])]
         cond = P.conditional_alphas(ref["accepted_per_pos"], ref["drafts"]) if ref["drafts"] else []
         c["cond_alphas"] = P.conditional_alphas(c["accepted_per_pos"], c["drafts"]) if c["drafts"] else []
-        c["ratio"] = costs.ratio(b, k, sampled)
+        c["ratio"] = step(b, k) / step(b, 0)
+        c["ratio_model"] = model(b, k) / model(b, 0)
         c["ratio_forward"] = costs.forward_ratio(b, k)
         c["ratio_measured"] = c["spec_step_s"] / c["plain_step_s"] if c["plain_step_s"] else None
         c["alpha_ref"] = ref["alpha"]
@@ -55,9 +66,12 @@ def annotate(cells: list[dict], costs, new_tokens: int | None = None) -> list[di
         c["pred_iid"] = P.speedup(c["tokens_iid"], c["ratio"])
         c["pred_positional"] = P.speedup(c["tokens_positional"], c["ratio"])
         c["pred_forward"] = P.speedup(c["tokens_iid"], c["ratio_forward"])
-        c["pred"] = _predict_runs(c, costs, new_tokens) if new_tokens else c["pred_iid"]
+        c["pred"] = _predict_runs(c, step, new_tokens) if new_tokens else c["pred_iid"]
+        c["pred_model"] = (_predict_runs(c, model, new_tokens) if new_tokens
+                           else P.speedup(c["tokens_iid"], c["ratio_model"]))
+        c["uncertain"] = not c.get("ci_half", 0.0) <= WIDE
         m = c["speedup"]
-        for name in ("", "_iid", "_positional", "_forward"):
+        for name in ("", "_model", "_iid", "_positional", "_forward"):
             c["err" + name] = P.relative_error(c["pred" + name], m) if m else None
         t = c["tokens_per_step"]
         # one alpha, fitted at the block's largest k, carried to this k: misleading where
@@ -68,11 +82,10 @@ def annotate(cells: list[dict], costs, new_tokens: int | None = None) -> list[di
     return cells
 
 
-def _predict_runs(c: dict, costs, new_tokens: int) -> float:
+def _predict_runs(c: dict, t_round, new_tokens: int) -> float:
     """The cell's runs, predicted: each group from its rows' own alphas (rows without one take
-    the cell's), followed round by round, then pooled as the measurement pools them."""
-    sampled = c["temperature"] > 0
-    t_round = lambda a, kk: costs.t_round(a, kk, sampled)                       # noqa: E731
+    the cell's), followed round by round at t_round(active rows, k), then pooled as the
+    measurement pools them."""
     groups = [g for g in c.get("group_alphas", []) if g] or [[c["alpha"]]]
     preds = []
     for g in groups:
@@ -92,9 +105,9 @@ def _why(c: dict) -> str:
     if rm and abs(rm - c["ratio"]) / c["ratio"] > MISLEAD:
         reasons.append(f"a round cost {rm:.2f}x a plain step in the run but {c['ratio']:.2f}x in the cost model "
                        "(work outside the forwards, or timing noise)")
-    s = c["speedups"]
-    if len(s) >= 2 and (max(s) - min(s)) / statistics.median(s) > 0.25:
-        reasons.append(f"repeats spread {min(s):.2f}-{max(s):.2f}x (noisy machine)")
+    if c.get("uncertain"):
+        lo, hi = c["ci"]
+        reasons.append(f"95% interval {lo:.2f}-{hi:.2f}x, wider than ±{WIDE:.0%} (noisy machine): uncertain")
     return "; ".join(reasons) or "tail effects: rows finish at different rounds and the batch shrinks"
 
 
@@ -105,31 +118,6 @@ def _find(cells, **kw):
 def break_even_table(costs, batch_sizes, ks=THEORY_KS) -> dict:
     """{batch: {k: minimum alpha that pays, or None}}."""
     return {b: {k: P.break_even_alpha(k, _ratio(costs, b, k)) for k in ks} for b in batch_sizes}
-
-
-def regimes(cells: list[dict], t0: float) -> list[dict]:
-    """The seed's three regimes: predictable text, hard text, heavy batching (measured)."""
-    base = _find(cells, batch=1, temperature=t0)
-    if not base:
-        return []
-    by_w: dict[str, list[dict]] = {}
-    for c in base:
-        by_w.setdefault(c["workload"], []).append(c)
-    # compare workloads at one k (each at its largest): alpha differs with k
-    alpha = {w: max(cs, key=lambda x: x["k"])["alpha"] for w, cs in by_w.items()}
-    easy = max(alpha, key=alpha.get)
-    best = max(by_w[easy], key=lambda c: c["speedup"])
-    rows = [dict(regime="predictable text", cell=best)]
-    hard = min(alpha, key=alpha.get)
-    if hard != easy:
-        rows.append(dict(regime="hard text", cell=_find(base, workload=hard, k=best["k"])[0]))
-    swept = [c for c in cells if c["batch"] > 1 and c["temperature"] == t0 and c["k"] == best["k"]]
-    if swept:
-        bmax = max(c["batch"] for c in swept)
-        heavy = [c for c in swept if c["batch"] == bmax]
-        heavy = [c for c in heavy if c["workload"] == easy] or heavy
-        rows.append(dict(regime="heavy batching", cell=max(heavy, key=lambda c: c["alpha"])))
-    return rows
 
 
 def best_k_for(cell: dict, costs, ks=THEORY_KS) -> dict:
@@ -157,19 +145,26 @@ def batch_crossover(cells, costs, workload, k, t0, batch_grid) -> dict:
 
 
 def error_summary(cells) -> dict:
+    """Median |error| over the cells whose interval is within ±WIDE (the uncertain ones are
+    listed apart), each prediction variant beside the headline's."""
+    sure = [c for c in cells if not c["uncertain"]]
+
     def med(key, sel):
         v = [abs(c[key]) for c in sel if c[key] is not None]
         return statistics.median(v) if v else None
-    held = [c for c in cells if c["positional_held_out"]]
-    return {"cells": len(cells),
-            "median_abs_err": med("err", cells),
-            "median_abs_err_iid": med("err_iid", cells),
-            "median_abs_err_positional": med("err_positional", cells),
+    held = [c for c in sure if c["positional_held_out"]]
+    pick = ("workload", "k", "batch", "temperature", "speedup", "ci", "pred", "why")
+    return {"cells": len(sure), "cells_total": len(cells),
+            "median_abs_err": med("err", sure),
+            "median_abs_err_model": med("err_model", sure),
+            "median_abs_err_iid": med("err_iid", sure),
+            "median_abs_err_positional": med("err_positional", sure),
             "median_abs_err_positional_held_out": med("err_positional", held),
-            "median_abs_err_forward_only": med("err_forward", cells),
-            "cells_over_10pct": [{k: c[k] for k in ("workload", "k", "batch", "temperature", "speedup",
-                                                    "pred", "why")}
-                                 for c in cells if c["why"]],
+            "median_abs_err_forward_only": med("err_forward", sure),
+            "median_abs_err_all": med("err", cells),
+            "uncertain": [{k: c[k] for k in pick} for c in cells if c["uncertain"]],
+            "median_ci_half": med("ci_half", cells), "median_ci_half_cpu": med("ci_half_cpu", cells),
+            "cells_over_10pct": [{k: c[k] for k in pick} for c in sure if c["why"]],
             "iid_misleads": [{k: c[k] for k in ("workload", "k", "batch", "temperature", "tokens_per_step",
                                                 "tokens_iid_ref", "tokens_positional", "tokens_mixture")}
                              for c in cells if c["iid_misleads"]],
@@ -177,22 +172,25 @@ def error_summary(cells) -> dict:
             "greedy_cells_checked": sum(1 for c in cells if c["identical_to_plain"] is not None)}
 
 
+def measured(c: dict) -> str:
+    """A cell's measured speed-up with its 95% interval, e.g. "1.84× (1.71–1.95×)"."""
+    lo, hi = c.get("ci") or (c["speedup"], c["speedup"])
+    return f"{c['speedup']:.2f}× ({lo:.2f}–{hi:.2f}×)"
+
+
 def verdict(cells, costs, method: str, t0: float, batch_grid) -> tuple[str, dict]:
-    """One plain-words paragraph from the data, and the facts behind it."""
-    base = _find(cells, batch=1, temperature=t0) or cells
-    best = max(base, key=lambda c: c["speedup"])
-    if best["speedup"] < 1.0:
-        text = (f"On this machine, speculation with {method} does not pay at batch 1: the best cell, "
-                f"`{best['workload']}` with k = {best['k']}, runs at {best['speedup']:.2f}× plain decoding "
-                f"(predicted {best['pred']:.2f}×).")
-        return text, {"workload": best["workload"], "k": best["k"]}
-    # the headline: the most predictable workload (highest acceptance) at its best measured k
-    easy = max(base, key=lambda c: c["alpha"])["workload"]
-    top = max(_find(base, workload=easy), key=lambda c: c["speedup"])
+    """One plain-words paragraph from the data, about the cells the fixed rule picks
+    (regimes.py), and the facts behind it."""
+    top = headline(cells, t0)
     w, k = top["workload"], top["k"]
+    if top["pred"] < 1.0 and top["speedup"] < 1.0:
+        text = (f"On this machine, speculation with {method} does not pay at batch 1: on `{w}`, at the k "
+                f"predicted best (k = {k}), it runs at {measured(top)} plain decoding "
+                f"(predicted {top['pred']:.2f}×).")
+        return text, {"workload": w, "k": k}
     cross = batch_crossover(cells, costs, w, k, t0, batch_grid)
     be = P.break_even_alpha(k, _ratio(costs, 1, k, t0))
-    text = (f"On `{w}` at batch 1, speculation with {method} gives {top['speedup']:.2f}× at k = {k} "
+    text = (f"On `{w}` at batch 1, speculation with {method} gives {measured(top)} at k = {k} "
             f"(predicted {top['pred']:.2f}×, α = {top['alpha']:.2f}); ")
     m, p = cross["measured"], cross["predicted"]
     batch = (f"above batch {m:.0f} (measured)" if m is not None else
@@ -209,10 +207,10 @@ def verdict(cells, costs, method: str, t0: float, batch_grid) -> tuple[str, dict
                      "it cannot lose at any α: a round costs no more than a plain step" if be == 0.0 else
                      f"it stops paying below α = {be:.2f}")
         text += "; ".join(x for x in parts if x) + "."
-    hard = min(base, key=lambda c: c["alpha"])
-    if hard is not top:
-        text += (f" On `{hard['workload']}` (α = {hard['alpha']:.2f}) the same machinery gives "
-                 f"{hard['speedup']:.2f}×.")
+    hard = next((r["cell"] for r in regimes(cells, t0) if r["regime"] == "hard"), None)
+    if hard is not None:
+        text += (f" On `{hard['workload']}` (α = {hard['alpha']:.2f}) it gives {measured(hard)} at k = "
+                 f"{hard['k']} (predicted {hard['pred']:.2f}×).")
     return text, {"workload": w, "k": k, "crossover": cross, "break_even_alpha": be}
 
 

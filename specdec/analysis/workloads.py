@@ -1,10 +1,14 @@
 """Built-in workloads, built deterministically from the held-out corpus split.
 
 - code:     held-out standard-library code (in distribution for the bundled models)
+- long-code: the same, in windows that fill the model's context: far past the 256 tokens
+            the bundled models were trained on, where the draft stops agreeing with the
+            target (analysis only: its length comes from the model, `long_prompt_tokens`)
 - prose:    English from pydoc_data/topics.py (out of distribution for a code model)
 - grounded: a held-out function, then a marker asking for it again with a small change;
             the answer mostly copies the prompt (where n-gram lookup shines)
-- random:   uniformly random token ids (the hard case)
+- random:   uniformly random token ids; the bundled models answer them with loops that
+            both agree on, so its acceptance measures self-repetition, not a hard text
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ import random as _random
 from ..corpus import corpus_files, prose_text, read_text
 
 WORKLOADS = ("code", "prose", "grounded", "random")
+ANALYSIS_WORKLOADS = ("code", "long-code", "prose", "grounded", "random")   # `specdec analyze`'s "all"
+ROOM = 8           # cache positions kept free beyond prompt and new tokens (the analysis's margin)
 MARKER = "\n\n# The same function again, with `{old}` renamed to `{new}`:\n"
 
 
@@ -61,9 +67,21 @@ def grounded_texts(n: int, seed: int = 0) -> list[str]:
     return out
 
 
-def load_workload(name: str, tokenizer, n: int = 8, prompt_tokens: int = 128, seed: int = 0) -> list[list[int]]:
-    """`n` prompts of workload `name` as token ids (BOS first). Deterministic for (n, seed)."""
+def long_prompt_tokens(max_positions: int, new_tokens: int) -> int:
+    """The window of `long-code`: as long as fits with BOS, `new_tokens` and ROOM."""
+    return max_positions - new_tokens - ROOM - 1
+
+
+def load_workload(name: str, tokenizer, n: int = 8, prompt_tokens: int = 128, seed: int = 0,
+                  long_tokens: int | None = None) -> list[list[int]]:
+    """`n` prompts of workload `name` as token ids (BOS first). Deterministic for (n, seed).
+    `long_tokens`: the window of `long-code` (required for it; see `long_prompt_tokens`)."""
     rng = _rng(name, seed)
+    if name == "long-code":
+        if long_tokens is None:
+            raise ValueError("long-code needs long_tokens (long_prompt_tokens of the model's context)")
+        docs = [tokenizer.encode(read_text(f), bos=False) for f in corpus_files("heldout")]
+        return [[tokenizer.bos_id] + w for w in _windows(docs, n, long_tokens, rng)]
     if name == "code":
         docs = [tokenizer.encode(read_text(f), bos=False) for f in corpus_files("heldout")]
         return [[tokenizer.bos_id] + w for w in _windows(docs, n, prompt_tokens, rng)]
@@ -76,4 +94,4 @@ def load_workload(name: str, tokenizer, n: int = 8, prompt_tokens: int = 128, se
     if name == "random":
         V = tokenizer.vocab_size
         return [[tokenizer.bos_id] + [rng.randrange(2, V) for _ in range(prompt_tokens)] for _ in range(n)]
-    raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
+    raise ValueError(f"unknown workload {name!r}; choose from {', '.join(ANALYSIS_WORKLOADS)}")

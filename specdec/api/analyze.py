@@ -18,7 +18,7 @@ from typing import Any
 
 from ..analysis.session import Progress, analyze as run_session
 from ..analysis.settings import grid_settings
-from ..analysis.workloads import WORKLOADS, load_workload
+from ..analysis.workloads import ANALYSIS_WORKLOADS, load_workload, long_prompt_tokens
 from ..build import DEFAULT_K_MAX, default_pair, load_models, spec_config
 from ..config import SpecConfig
 from ..errors import ConfigError, PromptError
@@ -74,7 +74,8 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
             workload: str | Sequence[str] = "all", prompts: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
             k: Sequence[int] | None = None, batch_sizes: Sequence[int] | None = None,
             temperatures: Sequence[float] | None = None, repeats: int | None = None,
-            max_new_tokens: int | None = None, prompt_tokens: int | None = None, quick: bool = False,
+            max_new_tokens: int | None = None, prompt_tokens: int | None = None, extend_s: float | None = None,
+            quick: bool = False,
             grid: str = "star", out: PathLike | None = None, device: str = "cpu", threads: int | None = None,
             compile: bool | None = None, cached_costs: bool = False, progress: bool = False,
             **proposer_options: object) -> Analysis:
@@ -82,13 +83,15 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
     predict the speed-ups from measured costs, write the report and return it.
 
     target, draft, method and proposer options: as for `LLM` (default: the bundled pair).
-    workload: "all", one of code, prose, grounded, random, or a list of them; or `prompts`,
+    workload: "all", one of code, long-code, prose, grounded, random, or a list of them; or `prompts`,
     your own texts (a list, or a dict of name -> texts). k, batch_sizes, temperatures,
-    repeats, max_new_tokens, prompt_tokens: the grid (default: `quick`'s or the full one).
+    repeats, max_new_tokens, prompt_tokens: the grid (default: `quick`'s or the full one);
+    extend_s: seconds of extra groups for cells whose interval is wider than ±10% (None: a
+    share of the decode time).
     cached_costs: reuse the cost model's cached step times; progress: bars on stderr.
     """
     s = grid_settings(quick, k=_listed(k), batch_sizes=_listed(batch_sizes), temperatures=_listed(temperatures),
-                      repeats=repeats, max_new_tokens=max_new_tokens, prompt_tokens=prompt_tokens)
+                      repeats=repeats, max_new_tokens=max_new_tokens, prompt_tokens=prompt_tokens, extend_s=extend_s)
     if grid not in GRIDS:
         raise ConfigError(f"grid must be one of {', '.join(GRIDS)}, got {grid!r}")
     names = _workloads(workload) if prompts is None else []
@@ -112,7 +115,9 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
             encoded = {name: [models.tokenizer.encode(_text(t)) for t in ts] for name, ts in texts.items()}
         else:
             n = s["repeats"] * max(s["batch_sizes"])
-            encoded = {w: load_workload(w, models.tokenizer, n=n, prompt_tokens=s["prompt_tokens"]) for w in names}
+            long_tokens = long_prompt_tokens(models.target.config.max_position_embeddings, s["max_new_tokens"])
+            encoded = {w: load_workload(w, models.tokenizer, n=n, prompt_tokens=s["prompt_tokens"],
+                                        long_tokens=long_tokens) for w in names}
         described = (f"the draft model `{models.draft_path.name}`" if spec.method == "draft" and models.draft_path
                      else f"method `{spec.method}`")
         paths = run_session(models, encoded, spec_for_k, s, described, folder, bars, full=grid == "full",
@@ -126,10 +131,10 @@ def _listed(values: Sequence[Any] | None) -> list[Any] | None:
 
 
 def _workloads(workload: str | Sequence[str]) -> list[str]:
-    names = list(WORKLOADS) if workload == "all" else [workload] if isinstance(workload, str) else list(workload)
-    unknown = [w for w in names if w not in WORKLOADS]
+    names = list(ANALYSIS_WORKLOADS) if workload == "all" else [workload] if isinstance(workload, str) else list(workload)
+    unknown = [w for w in names if w not in ANALYSIS_WORKLOADS]
     if unknown or not names:
-        raise ConfigError(f"unknown workload {unknown[0] if unknown else ''!r}; choose from all, {', '.join(WORKLOADS)}")
+        raise ConfigError(f"unknown workload {unknown[0] if unknown else ''!r}; choose from all, {', '.join(ANALYSIS_WORKLOADS)}")
     return names
 
 

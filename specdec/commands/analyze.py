@@ -1,6 +1,6 @@
 """`specdec analyze`: measure and predict when speculative decoding pays off, and report it.
 
-    specdec analyze --quick --out report/          # bundled models, all workloads, ~3 minutes
+    specdec analyze --quick --out report/          # bundled models, all workloads, ~4 minutes
 
 Runs plain and speculative decoding side by side over (workload, k, batch, temperature),
 fits acceptance, predicts the speed-up from measured step costs, and writes results.json,
@@ -12,8 +12,8 @@ import argparse
 from pathlib import Path
 
 from ..analysis.remote import add_remote_args
-from ..analysis.settings import QUICK, grid_settings
-from ..analysis.workloads import WORKLOADS, load_workload
+from ..analysis.settings import FULL, QUICK, grid_settings
+from ..analysis.workloads import ANALYSIS_WORKLOADS, load_workload, long_prompt_tokens
 from ..errors import ConfigError
 from .common import add_compile_arg, add_method_args, spec_from_args
 
@@ -37,18 +37,22 @@ def add_parser(sub) -> None:
     p.add_argument("--draft", type=Path, help="draft checkpoint dir (default: bundled draft when "
                                               "--target is not given)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--workload", choices=list(WORKLOADS) + ["all"], default="all")
+    src.add_argument("--workload", choices=list(ANALYSIS_WORKLOADS) + ["all"], default="all")
     src.add_argument("--prompts", type=Path, help="JSONL file, one {\"prompt\": ...} per line")
     add_compile_arg(p)
     add_method_args(p)  # --method and proposer options; --k is redefined below as a list
     p.add_argument("--k", type=_list(int), help="draft lengths to measure, e.g. 1,2,4,8")
     p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
     p.add_argument("--temperatures", type=_list(float), help="e.g. 0,0.7,1,1.5 (the first is the base)")
-    p.add_argument("--quick", action="store_true", help="small grid that finishes in about 3 minutes")
+    p.add_argument("--quick", action="store_true", help="small grid that finishes in about 4 minutes")
     p.add_argument("--grid", choices=["star", "full"], default="star",
                    help="star: every workload/k at batch 1, sweeps around it (default); full: every combination")
     p.add_argument("--repeats", type=int, help="repeats per cell, each on different prompts")
     p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--extend-s", type=float, help="seconds of extra groups for cells whose 95%% interval is "
+                                                  f"wider than +-10%% (default: {QUICK['extend_share'] * 100:.0f}%% of "
+                                                  f"the decode time with --quick, {FULL['extend_share'] * 100:.0f}%% "
+                                                  "without; 0: none)")
     p.add_argument("--prompt-tokens", type=int, help="prompt length for code/prose/random")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
@@ -61,15 +65,15 @@ def add_parser(sub) -> None:
 
 
 def _settings(args) -> dict:
-    return grid_settings(args.quick, **{key: getattr(args, key) for key in QUICK})
+    return grid_settings(args.quick, **{key: getattr(args, key, None) for key in QUICK})
 
 
-def _prompts(args, tokenizer, names, n, prompt_tokens) -> dict[str, list[list[int]]]:
+def _prompts(args, tokenizer, names, n, prompt_tokens, long_tokens) -> dict[str, list[list[int]]]:
     if args.prompts:
         from .generate import read_prompts
         texts = read_prompts(argparse.Namespace(prompt=None, prompt_file=None, batch_file=args.prompts))
         return {args.prompts.stem: [tokenizer.encode(t) for t in texts]}
-    return {w: load_workload(w, tokenizer, n=n, prompt_tokens=prompt_tokens) for w in names}
+    return {w: load_workload(w, tokenizer, n=n, prompt_tokens=prompt_tokens, long_tokens=long_tokens) for w in names}
 
 
 def run(args) -> int:
@@ -81,7 +85,7 @@ def run(args) -> int:
 
     s = _settings(args)
     target, draft = default_pair(args.target, args.draft)
-    names = list(WORKLOADS) if args.workload == "all" else [args.workload]
+    names = list(ANALYSIS_WORKLOADS) if args.workload == "all" else [args.workload]
     with Progress(disabled=args.no_progress) as bars:
         bars.note("loading models and prompts")
         models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
@@ -90,7 +94,8 @@ def run(args) -> int:
         if spec.method == "none":
             raise ConfigError("nothing to analyze with method 'none': give --draft DIR or --method NAME")
         n = s["repeats"] * max(s["batch_sizes"])
-        prompts = _prompts(args, models.tokenizer, names, n, s["prompt_tokens"])
+        long_tokens = long_prompt_tokens(models.target.config.max_position_embeddings, s["max_new_tokens"])
+        prompts = _prompts(args, models.tokenizer, names, n, s["prompt_tokens"], long_tokens)
 
         def spec_for_k(k: int):
             ns = argparse.Namespace(**{**vars(args), "k": k, "method": "none" if k == 0 else spec.method})

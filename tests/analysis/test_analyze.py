@@ -9,7 +9,7 @@ import pytest
 from specdec.cli import main
 
 ARGS = ["--workload", "code", "--k", "1,3", "--batch-sizes", "1,2", "--temperatures", "0,1",
-        "--repeats", "2", "--max-new-tokens", "8", "--prompt-tokens", "16", "--no-progress"]
+        "--repeats", "2", "--max-new-tokens", "8", "--prompt-tokens", "16", "--extend-s", "1", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -34,25 +34,29 @@ def test_results_cover_the_grid_and_are_consistent(run_dir):
     # star grid: batch 1 at both temperatures, batch 2 at temperature 0, for k = 1 and 3
     assert cells == {("code", k, b, t) for k in (1, 3) for b, t in [(1, 0.0), (1, 1.0), (2, 0.0)]}
     for c in res["cells"]:
-        assert c["groups"] == 2 and len(c["speedups"]) == 2
+        assert c["groups"] == 2 + c["extra_groups"] and len(c["speedups"]) == c["groups"]
+        assert c["ci"][0] <= c["speedup"] <= c["ci"][1] and c["uncertain"] == (c["ci_half"] > 0.10)
+        assert 0 <= c["repetition"] <= 1 and c["speedup_cpu"] > 0
         assert c["speedup"] > 0 and c["plain_tok_s"] > 0 and c["spec_tok_s"] > 0
         assert 0 <= c["alpha"] <= 1 and 1 <= c["tokens_per_step"] <= c["k"] + 1
         assert sum(c["accepted_length_hist"].values()) == c["drafts"] > 0
         assert len(c["accepted_per_pos"]) == c["k"]
         assert c["pred"] > 0 and c["pred_iid"] > 0 and c["pred_positional"] > 0 and c["pred_forward"] > 0
         assert c["err"] == pytest.approx(c["pred"] / c["speedup"] - 1)
-        assert len(c["group_alphas"]) == 2 and c["ratio"] > 0
+        assert len(c["group_alphas"]) == c["groups"] and c["ratio"] > 0
         if c["temperature"] == 0:
             assert c["identical_to_plain"] is True      # lossless: greedy output equals plain
         else:
             assert c["identical_to_plain"] is None
     assert res["errors"]["greedy_identical"] is True and res["errors"]["greedy_cells_checked"] == 4
-    assert [r["regime"] for r in res["regimes"]] == ["predictable text", "heavy batching"]
+    assert [r["regime"] for r in res["regimes"]] == ["predictable", "heavy batching"]
     be = res["break_even"]["1"]
     assert set(be) == {str(k) for k in range(1, 9)}
-    # the verdict is generated from the measured cells
-    top = max((c for c in res["cells"] if c["batch"] == 1 and c["temperature"] == 0), key=lambda c: c["speedup"])
-    assert f"{top['speedup']:.2f}×" in res["verdict"] and "`code`" in res["verdict"]
+    # the verdict is about the cell the prediction picks, with its measured value and interval
+    top = max((c for c in res["cells"] if c["batch"] == 1 and c["temperature"] == 0), key=lambda c: c["pred"])
+    assert res["regimes"][0]["cell"]["k"] == top["k"]
+    assert f"{top['speedup']:.2f}× ({top['ci'][0]:.2f}–{top['ci'][1]:.2f}×)" in res["verdict"]
+    assert "`code`" in res["verdict"]
 
 
 def test_report_html_is_self_contained(run_dir):
@@ -114,10 +118,17 @@ def test_remote_flags_are_wired():
 def test_busy_machine_warning(run_dir):
     from specdec.analysis.report import build_blocks
     res = json.loads((run_dir / "results.json").read_text())
-    meta = dict(res["meta"], cpus=2)
+    meta = dict(res["meta"], cpus=2, busy_warning="")
     text = lambda m: " ".join(str(b[1]) for b in build_blocks(res, m) if b[0] == "p")   # noqa: E731
     assert "machine was busy" in text(dict(meta, load_average=[9.5, 7.0]))
     assert "machine was busy" not in text(dict(meta, load_average=[1.9, 2.1]))
+    assert "machine was busy" in text(dict(meta, load_average=[1.9, 2.1], busy_warning="warning: busy"))
+
+
+def test_busy_warning_at_start_from_the_load_average():
+    from specdec.analysis.session import busy_warning
+    assert busy_warning(None, 2) == "" and busy_warning(0.3, 2) == "" and busy_warning(1.0, 2) == ""
+    assert "busy" in busy_warning(1.2, 2) and "1.2 on 2 CPUs" in busy_warning(1.2, 2)
 
 
 def test_lockstep_runs_decode_every_spec_on_the_same_prompts(tiny_target, tiny_draft):
