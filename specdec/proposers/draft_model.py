@@ -58,14 +58,14 @@ class DraftModelProposer(Proposer):
         if native is not None and s.all_argmax and not s.any_coupled and not s.processed:
             best = torch.empty(B, T, dtype=torch.long)                                  # (B, T)
             self.model(tokens, positions, self.cache, num_layers=self.num_layers, argmax_out=best)
-            self._advance(feeds)
+            self._advance([len(f) for f in feeds])
             first_tok = best.gather(1, last[:, None])                                   # (B, 1)
             rest = native.draft_argmax(first_tok[:, 0], pos, k - 1, self.cache, self.num_layers)
             self._advance([k - 1] * B)
             return Draft(tokens=torch.cat([first_tok, rest], 1), probs=None)
         logits = self.model(tokens, positions, self.cache, num_layers=self.num_layers)  # (B, T, V)
         logits = logits.gather(1, last[:, None, None].expand(B, 1, logits.shape[-1]))    # (B, 1, V)
-        self._advance(feeds)
+        self._advance([len(f) for f in feeds])
         u = None if s.all_argmax else s.uniforms(k)                                    # (B, k)
         if native is not None and s.temperature_only:
             q = s.probs(logits)                                                        # (B, 1, V)
@@ -97,10 +97,10 @@ class DraftModelProposer(Proposer):
         probs = torch.stack(qs, 1) if qs else None                                     # (B, k, V)
         return Draft(tokens=tokens, probs=probs)
 
-    def _advance(self, fed) -> None:
-        """Row b's cache grew by fed[b] tokens (a count, or the list of tokens fed)."""
-        for b, n in enumerate(fed):
-            self.cache.advance(b, n if isinstance(n, int) else len(n))
+    def _advance(self, counts: list[int]) -> None:
+        """Row b's cache grew by counts[b] tokens."""
+        for b, n in enumerate(counts):
+            self.cache.advance(b, n)
 
     def rollback(self, num_accepted):
         if self._committed is None:   # no proposal this round (k = 0): nothing to roll back

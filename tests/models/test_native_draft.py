@@ -16,14 +16,7 @@ def test_draft_argmax_equals_the_step_by_step_loop(layers):
         pytest.skip("no C compiler: the native decoder is unavailable")
     lengths = [5, 17, 9]
     g = torch.Generator().manual_seed(0)
-    caches = []
-    for _ in range(2):
-        cache = model.new_cache(3, 64)
-        with torch.inference_mode():
-            for b, L in enumerate(lengths):
-                ids = torch.randint(2, 8192, (1, L), generator=torch.Generator().manual_seed(b))
-                model(ids, torch.arange(L)[None], cache.rows(b, b + 1), num_layers=layers)
-        caches.append(cache)
+    caches = [_prefilled(model, lengths, layers) for _ in range(2)]
     first = torch.randint(2, 8192, (3,), generator=g)
     pos = torch.tensor(lengths)
     with torch.inference_mode():
@@ -70,14 +63,7 @@ def test_draft_sample_equals_the_step_by_step_loop():
     if model.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     lengths, steps = [5, 17, 9], 5
-    caches = []
-    for _ in range(2):
-        cache = model.new_cache(3, 64)
-        with torch.inference_mode():
-            for b, L in enumerate(lengths):
-                ids = torch.randint(2, 8192, (1, L), generator=torch.Generator().manual_seed(b))
-                model(ids, torch.arange(L)[None], cache.rows(b, b + 1))
-        caches.append(cache)
+    caches = [_prefilled(model, lengths) for _ in range(2)]
     g = torch.Generator().manual_seed(4)
     first, pos = torch.randint(2, 8192, (3,), generator=g), torch.tensor(lengths)
     temperature = torch.tensor([0.7, 1.0, 1.3])
@@ -95,3 +81,13 @@ def test_draft_sample_equals_the_step_by_step_loop():
     assert torch.allclose(q_fast, q_slow, rtol=1e-5, atol=1e-8)
     assert torch.equal(fast, torch.stack(slow, 1))
     assert len(set(fast.flatten().tolist())) > 5           # real draws, not one token repeated
+
+
+def _prefilled(model, lengths, layers=None):
+    """A 3-row cache whose row b holds a seeded random prompt of lengths[b] tokens."""
+    cache = model.new_cache(3, 64)
+    with torch.inference_mode():
+        for b, L in enumerate(lengths):
+            ids = torch.randint(2, 8192, (1, L), generator=torch.Generator().manual_seed(b))
+            model(ids, torch.arange(L)[None], cache.rows(b, b + 1), num_layers=layers)
+    return cache
