@@ -4,10 +4,12 @@ Both libraries are built here with the decoder's own flags and timed in one proc
 interleaved round by round, on the bundled target: its linears alone (`sd_linear`, 111 MB
 of weights that stream past the last-level cache) at M rows, and its whole cached forward
 (256 cached tokens) at T positions. Outputs must be bitwise equal between the two builds:
-a kernel change may move time, never a bit.
+a kernel change may move time, never a bit, unless `--new-rounding` says that the change
+is a new summation order on purpose (then they must agree within 1e-4 relative; each build
+stays shape-invariant on its own, which tests/engine/test_invariance.py checks).
 
     python benchmarks/native_tiles.py [--against HEAD] [--rounds 3] [--march -march=native]
-        [--out results/native_tiles]
+        [--new-rounding] [--out results/native_tiles]
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--march", default="-march=native", help="e.g. -march=znver3 for the AVX2 path")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--new-rounding", action="store_true", help="the builds sum in different orders on purpose")
     ap.add_argument("--out", type=Path, default=Path("results/native_tiles"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -98,7 +101,10 @@ def main(argv=None) -> dict:
                     step[n][m].append(timed(lambda n=n: fwd[n](toks, pos, caches[n])))
                     outs[n] = (torch.cat([y.flatten() for y in ys[n]]), fwd[n](toks, pos, caches[n]))
                 a, b = outs.values()
-                assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), f"outputs differ at {m} rows"
+                if args.new_rounding:
+                    assert all(torch.allclose(u, v, rtol=1e-4, atol=1e-4) for u, v in zip(a, b)), f"outputs differ at {m} rows"
+                else:
+                    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), f"outputs differ at {m} rows"
     med = lambda d: {m: statistics.median(v) * 1e3 for m, v in d.items()}  # noqa: E731
     result = {"cpu": _cpu_name(), "march": args.march, "threads": args.threads, "rounds": args.rounds,
               "linears_ms": {n: med(lin[n]) for n in libs}, "forward_ms": {n: med(step[n]) for n in libs},

@@ -7,8 +7,9 @@
  * Exactness by construction: every output element (of a linear, an attention row, a norm)
  * is computed by the same sequence of floating-point operations whatever the number of
  * rows M = B*T in the call and however the rows are tiled or split between threads:
- *   - a dot product accumulates 8 lanes with FMA in order over K, then sums the lanes in
- *     one fixed order (hsum8); tiles of fewer rows or columns repeat rows, never change it;
+ *   - a linear's output is one FMA chain over K in order (linear.h); an attention score
+ *     accumulates 8 lanes with FMA in order over D, then sums the lanes in one fixed order
+ *     (hsum8); tiles of fewer rows or columns repeat rows, never change it;
  *   - a thread always owns whole output elements (no split reductions).
  * So a position's logits are bit-identical whether it is scored alone or among k+1
  * positions, at any batch size. docs/exactness.md.

@@ -3,7 +3,7 @@
 #include "simd.h"
 
 /* ---- the dot-product tile (attention's scores) ----------------------------------------- */
-/* Every output is one 8-lane FMA chain over K, then hsum8: the linears below do the same.
+/* Every output is one 8-lane FMA chain over K, then hsum8 (the attention scores).
  * mt (<= 4) rows of x against 3 rows w0..w2 (row layout, K floats apart), 12 accumulators
  * + 3 weights + 1 input = 16 ymm registers. pf, if given, is prefetched along the way. */
 #define TM 4        /* rows of x per tile */
@@ -37,97 +37,150 @@ static inline __attribute__((always_inline)) void tile_mn(const float *x, int mt
 }
 
 /* ---- linear: y (M, N) [+]= x (M, K) @ W (N, K)^T + b, on packed weights ---------------- */
-/* A linear's weight is repacked at load into panels of PANEL rows: for each 8-column chunk
- * c of the input, the panel's rows' 8 floats lie side by side (P[panel][c/8][row][8]). A
- * thread then reads sequential streams, as the bandwidth probe does, instead of many
- * interleaved rows; the arithmetic per output is unchanged (one FMA chain, then hsum8).
- * One input row (decode, bandwidth-bound): two panels per tile, 8 FMA chains to hide the
- * FMA latency. Several rows (verify, prefill; compute-bound): one panel x up to TMP input
- * rows. Both prefetch the weights a few panels ahead into L2, which keeps enough cache
- * misses in flight to stream at the machine's rate while the FMAs run.
+/* Every output of a linear is ONE scalar FMA chain over k = 0..K-1 in order (y = x[k] w[k] +
+ * y), then the bias, then the store or accumulate: lane l of a vector accumulator is one
+ * output and the input x[k] is broadcast. Every tile, of any number of rows, runs that same
+ * chain per output, so a linear is bitwise shape-invariant by construction.
+ * A weight is repacked at load into panels of NP outputs, k-major: P[panel][k][NP] holds
+ * W[panel*NP + j][k] for j < NP, so a tile reads a panel as one sequential stream.
+ * One input row (decode, bandwidth-bound): two panels per tile, 8 FMA chains, 2 streams.
+ * Several rows (verify, prefill): one panel per tile of up to TMP rows; each k costs one
+ * weight load per 8 outputs and one broadcast per row for rows x vectors FMAs (8 loads per
+ * 12 FMAs on AVX2, where the 8-lane dot-product layout took 16 and was bound by loads).
+ * The weights stream from memory while the FMAs run only if the prefetches are spread
+ * evenly over a panel's passes (PF_* below); a burst in the first pass serialises the two.
  * Measured: benchmarks/results/native_tiles/NOTES.md. */
-#define PANEL 4     /* rows per panel: one 8-column chunk of a panel is 128 bytes, 2 lines */
-#define PF_PANELS 2 /* several-row tiles prefetch the panel this far ahead ... */
-#define PF_PAIRS 2  /* ... and the one-row tile the pair of panels this far ahead (distance 1-4
-                       measured within noise; into L2, since into L1 stalled on misses) */
+#define NP 32        /* outputs per panel: one k of a panel is 2 cache lines */
+#define PF_STEPS 64  /* stream prefetch distance in k (8 KB of a panel); into L2, since into
+                        L1 the loads stalled on misses; 32 and 128 measured within noise */
+enum {               /* what a pass prefetches, per k (into L2) */
+    PF_NONE,
+    PF_AHEAD,        /* its own stream, PF_STEPS ahead: decode, and a panel's only pass */
+    PF_HALF,         /* passes 0 and 1 of a panel: one line each of the next panel */
+    PF_QUARTER,      /* passes 0-3: one line per two k each (a panel read by 4+ passes) */
+};
 #if defined(__AVX512VL__)
-/* 32 vector registers: 6 rows x 4 accumulators + 4 weights + 1 input = 29. KEEP(v) makes the
- * compiler hold v in a register: otherwise it folds the loads into the FMAs and loads each
- * weight once per row (24 loads per 24 FMAs instead of 10). */
 #define TMP 6
+#define WIDE_ROWS 6  /* 32 registers: 6 rows x 4 vectors = 24 accumulators + 4 weights + 1 */
 #define KEEP(v) __asm__("" : "+v"(v))
+#elif defined(__AVX2__)
+#define TMP 6
+#define WIDE_ROWS 3  /* 16 registers: 2 rows x 4 vectors + 4 weights + 1 input = 13, or 6 rows
+                        x 2 + 2 + 1 = 15; 3 x 4 takes its weights from memory (17 would spill) */
+#define KEEP(v) __asm__("" : "+x"(v))
 #else
-/* 16 registers: 3 x 4 accumulators + 4 weights fill them, so the input stays a memory operand */
-#define TMP 3
+#define TMP 6
+#define WIDE_ROWS 3
 #define KEEP(v) ((void)0)
 #endif
+/* KEEP(v) holds v in a register: the compiler would otherwise fold the weight loads into
+ * the FMAs and load each weight once per row */
 
-size_t sd_packed_floats(int N, int K) { return (size_t)((N + PANEL - 1) / PANEL) * PANEL * K; }
+size_t sd_packed_floats(int N, int K) { return (size_t)((N + NP - 1) / NP) * NP * K; }
 
-/* W (N, K) row-major -> P; rows past N are zeros */
+/* W (N, K) row-major -> P; outputs past N are zero rows */
 void sd_pack(const float *W, int N, int K, float *P) {
-    for (int nb = 0; nb < (N + PANEL - 1) / PANEL; nb++)
-        for (int c = 0; c < K; c += 8)
-            for (int j = 0; j < PANEL; j++)
-                for (int l = 0; l < 8; l++) {
-                    int n = nb * PANEL + j;
-                    P[(size_t)nb * PANEL * K + (size_t)c * PANEL + j * 8 + l] = n < N ? W[(size_t)n * K + c + l] : 0.0f;
-                }
+    for (int pb = 0; pb < (N + NP - 1) / NP; pb++)
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < NP; j++) {
+                int n = pb * NP + j;
+                P[((size_t)pb * K + k) * NP + j] = n < N ? W[(size_t)n * K + k] : 0.0f;
+            }
 }
 
-/* One input row against two panels p0, p1 (8 weight rows, 8 FMA chains, 2 streams). */
-static inline void panel1(const float *x, const float *p0, const float *p1, int K, float *y, int nt,
-                          const float *b, int acc_out, const float *pf) {
-    vec acc[2 * PANEL];
-    for (int j = 0; j < 2 * PANEL; j++) acc[j] = VZERO();
-    for (int c = 0; c < K; c += 8) {
-        vec xv = VLOAD(x + c);
-        const float *c0 = p0 + (size_t)c * PANEL, *c1 = p1 + (size_t)c * PANEL;
-        if (pf) {                       /* the pair's 4 lines of this chunk, PF_PAIRS ahead */
-            const float *q = pf + (size_t)c * PANEL;
-            PREFETCH_L2(q); PREFETCH_L2(q + 16); PREFETCH_L2(q + (size_t)PANEL * K); PREFETCH_L2(q + (size_t)PANEL * K + 16);
-        }
-        for (int j = 0; j < PANEL; j++) acc[j] = VFMA(xv, VLOAD(c0 + 8 * j), acc[j]);
-        for (int j = 0; j < PANEL; j++) acc[PANEL + j] = VFMA(xv, VLOAD(c1 + 8 * j), acc[PANEL + j]);
-    }
-    for (int j = 0; j < nt; j++) put(y + j, acc[j], b, j, acc_out);
+/* one k of a tile: NV vectors of each of NPN panels, a broadcast per row */
+#define K_STEP(MT, NPN, NV, PF, k, KP) {                                                           \
+    vec w[NPN * NV];                                                                           \
+    for (int j = 0; j < NPN; j++) for (int v = 0; v < NV; v++) {                               \
+        w[j * NV + v] = VLOAD(p + j * ps + (size_t)(k) * NP + 8 * v);                           \
+        if (KP) KEEP(w[j * NV + v]);                                                           \
+    }                                                                                          \
+    if (PF == PF_AHEAD) for (int j = 0; j < NPN; j++) {                                        \
+        const float *at = p + j * ps + (size_t)((k) + PF_STEPS) * NP;                          \
+        PREFETCH_L2(at); PREFETCH_L2(at + 16);                                                 \
+    }                                                                                          \
+    if (PF == PF_HALF) PREFETCH_L2(next + ((size_t)q * K + (k)) * 16);   /* line qK + k */     \
+    for (int i = 0; i < MT; i++) {                                                             \
+        vec xb = VBCAST(x + (size_t)i * K + (k));                                              \
+        for (int j = 0; j < NPN * NV; j++) a[i][j] = VFMA(xb, w[j], a[i][j]);                 \
+    }                                                                                          \
+}
+/* the k loop, two k at a time (K is a multiple of 8) */
+#define K_LOOP(MT, NPN, NV, PF, KP) for (int k = 0; k < K; k += 2) {                               \
+    K_STEP(MT, NPN, NV, PF, k, KP) K_STEP(MT, NPN, NV, PF, k + 1, KP)                                \
+    if (PF == PF_QUARTER) PREFETCH_L2(next + ((size_t)q * K + k) / 2 * 16); /* (qK + k) / 2 */ \
 }
 
-/* One panel's 4 weight rows against mt input rows; prefetches pf (a panel ahead). */
-static inline __attribute__((always_inline)) void panel_mn(const float *x, int mt, const float *p,
-        int K, float *y, int ldy, int nt, const float *b, int acc_out, const float *pf) {
-    vec a[TMP][PANEL];
-    for (int i = 0; i < TMP; i++) for (int j = 0; j < PANEL; j++) a[i][j] = VZERO();
-    for (int c = 0; c < K; c += 8) {
-        const float *pc = p + (size_t)c * PANEL;
-        vec w0 = VLOAD(pc), w1 = VLOAD(pc + 8), w2 = VLOAD(pc + 16), w3 = VLOAD(pc + 24);
-        KEEP(w0); KEEP(w1); KEEP(w2); KEEP(w3);
-        if (pf) { PREFETCH_L2(pf + (size_t)c * PANEL); PREFETCH_L2(pf + (size_t)c * PANEL + 16); }
-        for (int i = 0; i < mt; i++) {
-            vec xv = VLOAD(x + (size_t)i * K + c);
-            KEEP(xv);
-            a[i][0] = VFMA(xv, w0, a[i][0]);
-            a[i][1] = VFMA(xv, w1, a[i][1]);
-            a[i][2] = VFMA(xv, w2, a[i][2]);
-            a[i][3] = VFMA(xv, w3, a[i][3]);
-        }
-    }
-    for (int i = 0; i < mt; i++)
-        for (int j = 0; j < nt; j++) put(y + (size_t)i * ldy + j, a[i][j], b, j, acc_out);
+/* MT input rows against NV vectors (8 outputs each) of NPN consecutive panels at p (p may
+ * point into a panel): y[i][n] for n < nt. Pass q of its panel prefetches by mode pf, from
+ * `next` (the next panel) for PF_HALF/PF_QUARTER. One function per shape and one loop per
+ * mode, so the accumulators are a fixed array the compiler keeps in registers (a branch
+ * inside the loop made it store them on every k). */
+#define DEFINE_TILE(MT, NPN, NV, KP)                                                             \
+static inline void tile_##MT##x##NPN##x##NV(const float *x, const float *p, int K, float *y,   \
+        int ldy, int nt, const float *b, int acc_out, int pf, const float *next, int q) {      \
+    vec a[MT][NPN * NV];                                                                       \
+    for (int i = 0; i < MT; i++) for (int j = 0; j < NPN * NV; j++) a[i][j] = VZERO();        \
+    const size_t ps = (size_t)K * NP;                 /* floats from one panel to the next */ \
+    if ((pf == PF_HALF && q >= 2) || (pf == PF_QUARTER && q >= 4)) pf = PF_NONE;               \
+    switch (pf) {                                                                              \
+        case PF_AHEAD: K_LOOP(MT, NPN, NV, PF_AHEAD, KP) break;                                    \
+        case PF_HALF: K_LOOP(MT, NPN, NV, PF_HALF, KP) break;                                      \
+        case PF_QUARTER: K_LOOP(MT, NPN, NV, PF_QUARTER, KP) break;                                \
+        default: K_LOOP(MT, NPN, NV, PF_NONE, KP) break;                                           \
+    }                                                                                          \
+    float o[MT][NPN * NV][8];                         /* the lanes, then the scalar stores */ \
+    _Pragma("GCC unroll 8")                                                                    \
+    for (int i = 0; i < MT; i++)                                                               \
+        _Pragma("GCC unroll 8")                                                                \
+        for (int j = 0; j < NPN * NV; j++) VSTORE(o[i][j], a[i][j]);                           \
+    for (int i = 0; i < MT; i++)                                                               \
+        for (int j = 0; j < NPN; j++)                                                          \
+            for (int n = 0; n < 8 * NV && j * NP + n < nt; n++) {                              \
+                float v = o[i][j * NV + n / 8][n % 8] + (b ? b[j * NP + n] : 0.0f);            \
+                float *dst = y + (size_t)i * ldy + j * NP + n;                                 \
+                *dst = acc_out ? *dst + v : v;                                                 \
+            }                                                                                  \
 }
+
+DEFINE_TILE(1, 2, 4, 1) DEFINE_TILE(1, 1, 4, 1) DEFINE_TILE(2, 1, 4, 1)
+#if WIDE_ROWS >= 6
+DEFINE_TILE(3, 1, 4, 1) DEFINE_TILE(4, 1, 4, 1) DEFINE_TILE(5, 1, 4, 1) DEFINE_TILE(6, 1, 4, 1)
+#define PASSES(mt) 1
+#define ROWS_TILE(MT) do { tile_##MT##x1x4(xm, p, K, ym, N, nt, b, acc_out, pf, next, q); q++; } while (0)
+#else
+DEFINE_TILE(3, 1, 4, 0) DEFINE_TILE(4, 1, 2, 1) DEFINE_TILE(5, 1, 2, 1) DEFINE_TILE(6, 1, 2, 1)
+/* MT rows over one panel: all 4 vectors at once (up to WIDE_ROWS rows), or its two halves
+ * in turn, two passes */
+#define PASSES(mt) ((mt) <= WIDE_ROWS ? 1 : 2)
+#define ROWS_TILE(MT) do {                                                                     \
+    if (MT <= WIDE_ROWS) { WIDE_TILE(MT); q++; break; }                                        \
+    NARROW_TILE(MT, xm, p, K, ym, N, nt, b, acc_out, pf, next, q); q++;                        \
+    if (nt > 16) {                                                                             \
+        NARROW_TILE(MT, xm, p + 16, K, ym + 16, N, nt - 16, b ? b + 16 : NULL, acc_out, pf, next, q); \
+        q++;                                                                                   \
+    }                                                                                          \
+} while (0)
+#define WIDE_TILE(MT) (MT <= 1 ? tile_1x1x4(xm, p, K, ym, N, nt, b, acc_out, pf, next, q)      \
+                       : MT == 2 ? tile_2x1x4(xm, p, K, ym, N, nt, b, acc_out, pf, next, q)    \
+                       : tile_3x1x4(xm, p, K, ym, N, nt, b, acc_out, pf, next, q))
+#define NARROW_TILE(MT, ...) (MT == 4 ? tile_4x1x2(__VA_ARGS__) : MT == 5 ? tile_5x1x2(__VA_ARGS__) \
+                                                                           : tile_6x1x2(__VA_ARGS__))
+#endif
 
 /* y (M, N) [+]= x (M, K) @ W^T (+ b), W packed by sd_pack. Called by every thread of the
  * team; splits the panels between them. */
 static void linear(const float *x, int M, int K, const float *P, const float *bias, int N,
                    float *y, int acc_out) {
-    int npanels = (N + PANEL - 1) / PANEL;
-    if (M == 1) {   /* 2 rows are faster as one 2 x 4 tile than row by row (NOTES.md) */
+    int npanels = (N + NP - 1) / NP;
+    if (M == 1) {
         #pragma omp for schedule(static)
         for (int pair = 0; pair < (npanels + 1) / 2; pair++) {
-            int n0 = pair * 2 * PANEL, nt = N - n0 < 2 * PANEL ? N - n0 : 2 * PANEL;
-            const float *p0 = P + (size_t)n0 * K, *p1 = 2 * pair + 1 < npanels ? p0 + (size_t)PANEL * K : p0;
-            const float *pf = 2 * (pair + PF_PAIRS) + 1 < npanels ? p0 + (size_t)2 * PF_PAIRS * PANEL * K : NULL;
-            panel1(x, p0, p1, K, y + n0, nt, bias ? bias + n0 : NULL, acc_out, pf);
+            int n0 = pair * 2 * NP, nt = N - n0 < 2 * NP ? N - n0 : 2 * NP;
+            const float *p = P + (size_t)n0 * K, *b = bias ? bias + n0 : NULL;
+            int pf = 2 * pair + 3 < npanels ? PF_AHEAD : PF_NONE;   /* never past the end */
+            if (2 * pair + 1 < npanels) tile_1x2x4(x, p, K, y + n0, N, nt, b, acc_out, pf, NULL, 0);
+            else tile_1x1x4(x, p, K, y + n0, N, nt, b, acc_out, PF_NONE, NULL, 0);
         }
         return;
     }
@@ -135,24 +188,28 @@ static void linear(const float *x, int M, int K, const float *P, const float *bi
         int m1 = m0 + M_CHUNK < M ? m0 + M_CHUNK : M;
         #pragma omp for schedule(static)
         for (int nb = 0; nb < npanels; nb++) {
-            int n0 = nb * PANEL, nt = N - n0 < PANEL ? N - n0 : PANEL;
-            const float *p = P + (size_t)n0 * K, *next = nb + PF_PANELS < npanels ? p + (size_t)PF_PANELS * PANEL * K : NULL;
-            const float *b = bias ? bias + n0 : NULL;
-            /* rows split into equal tiles (9 = 5 + 4, not 6 + 3): the longest tile sets the time */
+            int n0 = nb * NP, nt = N - n0 < NP ? N - n0 : NP, q = 0, Q = 0;
+            const float *p = P + (size_t)n0 * K, *b = bias ? bias + n0 : NULL, *next = p + (size_t)NP * K;
+            /* rows split into equal tiles (9 = 5 + 4, not 6 + 3): the longest tile sets the
+             * time; Q passes over the panel in all share the prefetch of the next one */
             for (int m = m0, mt; m < m1; m += mt) {
                 int left = m1 - m, tiles = (left + TMP - 1) / TMP;
                 mt = (left + tiles - 1) / tiles;
-                const float *xm = x + (size_t)m * K, *pf = m == m0 ? next : NULL;
+                Q += PASSES(mt);
+            }
+            int pf = nb + 1 == npanels ? PF_NONE : Q == 1 ? PF_AHEAD : Q < 4 ? PF_HALF : PF_QUARTER;
+            for (int m = m0, mt; m < m1; m += mt) {
+                int left = m1 - m, tiles = (left + TMP - 1) / TMP;
+                mt = (left + tiles - 1) / tiles;
+                const float *xm = x + (size_t)m * K;
                 float *ym = y + (size_t)m * N + n0;
-                switch (mt) {   /* constant row counts: unrolled */
-#if TMP >= 6
-                    case 6: panel_mn(xm, 6, p, K, ym, N, nt, b, acc_out, pf); break;
-                    case 5: panel_mn(xm, 5, p, K, ym, N, nt, b, acc_out, pf); break;
-                    case 4: panel_mn(xm, 4, p, K, ym, N, nt, b, acc_out, pf); break;
-#endif
-                    case 3: panel_mn(xm, 3, p, K, ym, N, nt, b, acc_out, pf); break;
-                    case 2: panel_mn(xm, 2, p, K, ym, N, nt, b, acc_out, pf); break;
-                    default: panel_mn(xm, 1, p, K, ym, N, nt, b, acc_out, pf); break;
+                switch (mt) {
+                    case 6: ROWS_TILE(6); break;
+                    case 5: ROWS_TILE(5); break;
+                    case 4: ROWS_TILE(4); break;
+                    case 3: ROWS_TILE(3); break;
+                    case 2: ROWS_TILE(2); break;
+                    default: ROWS_TILE(1); break;
                 }
             }
         }

@@ -18,6 +18,7 @@ typedef __m256 vec;
 #define VLOAD(p) _mm256_loadu_ps(p)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VSET(x) _mm256_set1_ps(x)
+#define VBCAST(p) _mm256_broadcast_ss(p)
 #define VMUL(a, b) _mm256_mul_ps(a, b)
 #define VADD(a, b) _mm256_add_ps(a, b)
 #define VSUB(a, b) _mm256_sub_ps(a, b)
@@ -43,6 +44,7 @@ VOP(VADD, a.l[i] + b.l[i])
 VOP(VSUB, a.l[i] - b.l[i])
 VOP(VMAX, a.l[i] > b.l[i] ? a.l[i] : b.l[i])
 static inline vec VSET(float x) { vec r; for (int i = 0; i < 8; i++) r.l[i] = x; return r; }
+#define VBCAST(p) VSET(*(p))
 static inline void VSTORE(float *p, vec v) { for (int i = 0; i < 8; i++) p[i] = v.l[i]; }
 static inline vec VFMA(vec a, vec b, vec c) { for (int i = 0; i < 8; i++) c.l[i] += a.l[i] * b.l[i]; return c; }
 static inline float hsum8(vec v) {
