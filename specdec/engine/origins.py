@@ -91,7 +91,7 @@ def html_tokens(pieces: list[str], origins: list[str], rounds: list[int] | None 
 
 HTML_CSS = ("".join(f".tok.{o}{{color:{c}}}" for o, c in HEX.items())
             + ".tok.accepted{background:#e8f5e9}.tok.recovered{background:#ffebee;font-weight:bold}"
-              ".tok.bonus{background:#e3f2fd;font-weight:bold}.tok.cut{text-decoration:line-through;opacity:.6}"
+              ".tok.bonus{background:#e3f2fd;font-weight:bold}.tok.plain{background:#fff3e0}.tok.cut{text-decoration:line-through;opacity:.6}"
               ".sample{white-space:pre-wrap;font-family:ui-monospace,Menlo,Consolas,monospace;"
               "font-size:.9em;border:1px solid #ddd;padding:.6em;border-radius:4px;line-height:1.5}")
 
