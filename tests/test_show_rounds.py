@@ -73,3 +73,17 @@ def test_show_rounds_without_color_still_prints_rounds(capsys, monkeypatch, tiny
                  "--max-new-tokens", "6", "--ignore-eos", "--show-rounds"]) == 0
     out = capsys.readouterr().out
     assert "\x1b[" not in out and re.search(r"round +1  k=2  accepted \d/2", out) and "legend:" in out
+
+
+def test_rounds_without_drafts_are_plain(capsys, monkeypatch, tiny_dirs):
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    t, d = tiny_dirs
+    assert main(["generate", "--target", str(t), "--draft", str(d), "--k", "0", "--prompt", "x =",
+                 "--max-new-tokens", "7", "--ignore-eos", "--show-rounds", "--json"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    stats, codes = json.loads(out[-1])["stats"], sgr_codes()
+    lines = [line for line in out if ANSI.sub("", line).startswith(("round ", "prefill"))]
+    marks = [codes[c] for line in lines for c, _ in RUN.findall(line.split(" ms  ")[-1])]
+    assert marks == [("plain", True)] * 7 and stats["drafts"] == 0
+    assert all("accepted 0/0" in ANSI.sub("", line) for line in lines[1:])
