@@ -55,6 +55,7 @@ def cost_curve(decode, adaptive, trace, out: Path) -> dict:
     qs = [r["q"] for r in rows]
     for key in [k for k in rows[0] if k.endswith("t(q)/t(1)")]:
         a.plot(qs, [r[key] for r in rows], marker="o", label=key.replace(" t(q)/t(1)", ""))
+    # the stored trace ran the draft model at a fixed k: every round verified num_draft + 1 positions
     ratios = [r["time"]["ratio"] for r in trace["rounds"] if r["num_draft"]]
     qr = [r["num_draft"] + 1 for r in trace["rounds"] if r["num_draft"]]
     a.scatter(qr, ratios, color="k", marker="x", zorder=3, label="traced rounds (verify / plain forward)")

@@ -31,25 +31,20 @@ def style(origin: str, kept: bool) -> str:
 
 
 def show(console: Console, tok, log: RoundLog, seq, label: str = "") -> None:
-    """Print `seq`'s rounds and its coloured text."""
+    """Print `seq`'s rounds (the prefill's token first) and its coloured text."""
     tokens = log.tokens(seq)
     pieces = tok.pieces([t for t, *_ in tokens])
-    first = Text(f"{label}prefill            ")
-    by_round: dict[int, list[int]] = {}
-    for i, (_, _, r, _) in enumerate(tokens):
-        by_round.setdefault(r, []).append(i)
-    lines = []
-    for r in [None] + log.rounds.get(seq.id, []):
-        index = 0 if r is None else r.index
-        line = first if r is None else Text(
-            f"{label}round {r.index:3d}  k={r.k}  accepted {r.accepted}/{r.num_draft}  {r.dt * 1e3:7.2f} ms  ")
-        for n, i in enumerate(by_round.get(index, [])):
-            _, origin, _, kept = tokens[i]
-            if n:
-                line.append(" ")
-            line.append(visible(pieces[i]), style=style(origin, kept))
-        lines.append(line)
-    for line in lines:
+    heads = {0: f"{label}prefill            "}
+    for r in log.rounds.get(seq.id, []):
+        heads[r.index] = (f"{label}round {r.index:3d}  k={r.k}  accepted {r.accepted}/{r.num_draft}  "
+                          f"{r.dt * 1e3:7.2f} ms  ")
+    lines = {index: Text(head) for index, head in heads.items()}
+    for (_, origin, index, kept), piece in zip(tokens, pieces):
+        line = lines[index]
+        if len(line) > len(heads[index]):
+            line.append(" ")
+        line.append(visible(piece), style=style(origin, kept))
+    for line in lines.values():
         console.print(line, soft_wrap=True, highlight=False)
     legend = Text("legend: ")
     for o in ORIGINS:

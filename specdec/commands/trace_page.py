@@ -76,7 +76,7 @@ def _round_section(r: dict) -> str:
             + f'<p>Then the <span class="tok {kind}">{kind}</span> token {_code(nx["text"])} at position {a + 1}, '
             f"from {_e(nx['source'])} (its probability there {nx['prob']:.4f}; u = {_num(nx['u'])}){cut}. "
             f"Top entries of that distribution:</p><table><thead><tr><th>token</th><th>probability</th></tr>"
-            f"</thead><tbody>{top}</tbody></table><p>Target forward over {n + 1} positions: "
+            f"</thead><tbody>{top}</tbody></table><p>Target forward over {t['positions']} positions: "
             f"{t['target_forward_s'] * 1e3:.3f} ms; a plain step (1 position): {t['plain_forward_s'] * 1e3:.3f} ms "
             f"(×{t['ratio']:.2f}; medians of 3). The whole round as traced (with these timings and the "
             f"recording): {t['round_s'] * 1e3:.3f} ms.</p></section>")

@@ -126,8 +126,8 @@ def _round(result: RoundResult, fwd: dict, draft, index: int, kept: int) -> tupl
                next=dict(token=nxt, position=a, source=source, top=_top(law), prob=float(law[nxt]),
                          u=None if greedy else float(u[kk])),
                emitted=list(result.emitted[0]), kept=kept,
-               time=dict(round_s=result.dt, target_forward_s=fwd["t_verify"], plain_forward_s=fwd["t_plain"],
-                         ratio=fwd["t_verify"] / fwd["t_plain"]))
+               time=dict(round_s=result.dt, positions=kk + 1, target_forward_s=fwd["t_verify"],
+                         plain_forward_s=fwd["t_plain"], ratio=fwd["t_verify"] / fwd["t_plain"]))
     tensors = {f"round{index}.p": p}
     if q is not None:
         tensors[f"round{index}.q"] = q
