@@ -15,6 +15,7 @@ from ..engine.origins import HTML_CSS, ORIGINS, RoundLog, html_tokens, legend_ht
 
 SAMPLE_TOKENS = 48      # a few dozen rounds: enough to see the regime, short enough to read
 SAMPLE_SEED = 0         # sampled cells: one fixed seed, so a report is reproducible
+# Markdown cannot colour: brackets around each token that is not an accepted draft (the common case)
 MD_MARK = {"accepted": ("", ""), "recovered": ("[", "]"), "bonus": ("{", "}"), "plain": ("<", ">")}
 
 
