@@ -1,4 +1,4 @@
-"""specdec command line: generate | train | profile | analyze | serve.
+"""specdec command line: generate | trace | train | profile | analyze | serve.
 
 Each subcommand lives in `specdec/commands/<name>.py` and exposes `add_parser(subparsers)`,
 which sets `func(args) -> int`. Errors caused by bad input (SpecdecError) print one line
@@ -12,7 +12,7 @@ import sys
 
 from .errors import SpecdecError
 
-COMMANDS = ("generate", "train", "profile", "analyze", "serve")
+COMMANDS = ("generate", "trace", "train", "profile", "analyze", "serve")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,6 +1,7 @@
 """Render a report, given as a list of blocks, to Markdown and to self-contained HTML.
 
-Blocks: ("h", level, text) | ("p", text) | ("table", headers, rows) | ("img", name, caption).
+Blocks: ("h", level, text) | ("p", text) | ("table", headers, rows) | ("img", name, caption)
+| ("raw", html, markdown): markup written by its own module (analysis/samples.py), used as is.
 Text may use `backticks` for code. Images are PNG bytes passed by name; Markdown links them
 as files in plots/, HTML embeds them as base64 data URIs, so the page needs no network.
 """
@@ -41,6 +42,8 @@ def to_markdown(blocks) -> str:
             out += ["| " + " | ".join(_md_cell(x) for x in r) + " |" for r in rows]
         elif b[0] == "img":
             out.append(f"![{b[2]}](plots/{b[1]}.png)")
+        elif b[0] == "raw":
+            out.append(b[2])
         out.append("")
     return "\n".join(out)
 
@@ -77,6 +80,8 @@ def to_html(blocks, images: dict[str, bytes], title: str) -> str:
             data = base64.b64encode(images[b[1]]).decode("ascii")
             body.append(f'<figure id="{b[1]}"><img alt="{html.escape(b[2])}" src="data:image/png;base64,{data}">'
                         f"<figcaption>{_inline(b[2])}</figcaption></figure>")
+        elif b[0] == "raw":
+            body.append(b[1])
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")

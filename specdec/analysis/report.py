@@ -14,6 +14,7 @@ from pathlib import Path
 from .plots import all_plots
 from .render import to_html, to_markdown
 from .repetition import FLAG, NGRAM
+from .samples import sample_blocks
 from .summarize import measured
 
 CAPTIONS = {
@@ -150,6 +151,7 @@ def build_blocks(summary: dict, meta: dict) -> list:
                 "draft re-reading its weights after the target's forward, verification)."),
           ("table", ["batch"] + [f"k={k}" for k in range(1, len(tab["round_s"][0]))],
            [[b] + [_f(t / row[0]) for t in row[1:]] for b, row in zip(tab["b"], tab["round_s"])])]
+    B += sample_blocks(summary.get("samples", []))
     B.append(("h", 2, "Plots"))
     B += [("img", name, cap) for name, cap in CAPTIONS.items()]
     return B

@@ -24,6 +24,7 @@ from .costs import load_costs
 from .measure import Plan, plan_cells, run_plan
 from .regimes import HARD, PREDICTABLE
 from .report import write_report
+from .samples import regime_samples
 from .summarize import summarize
 
 
@@ -113,6 +114,8 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
             "load_average": [load_start, _load()], "busy_warning": busy,
             **ran}
     summary["cost_model_table"] = costs.raw
+    # after the measurements and their wall time: illustrations, neither timed nor summarised
+    summary["samples"] = regime_samples(models, prompts, summary["regimes"], spec_for_k, device)
     paths = write_report(out, summary, costs, meta)
     bars.update(task, advance=1)
     return paths

@@ -17,6 +17,8 @@ class SpecStats:
     num_draft_tokens: int = 0           # tokens proposed, over all rounds
     num_accepted_tokens: int = 0        # proposed tokens the target accepted
     num_accepted_tokens_per_pos: tuple[int, ...] = ()  # rounds whose draft position j was accepted
+    num_recovered_tokens: int = 0       # draft rounds that ended at a rejection (one resampled token)
+    num_bonus_tokens: int = 0           # draft rounds that accepted every draft (one bonus token)
     target_forwards: int = 0            # target passes: the prefill and one per round
     wall_s: float = 0.0                 # from arrival to the last token
     num_output_tokens: int = 0
@@ -44,6 +46,7 @@ class SpecStats:
         """The `stats` object that `specdec generate --json` prints, key for key."""
         return {"target_forwards": self.target_forwards, "drafts": self.num_drafts,
                 "draft_tokens": self.num_draft_tokens, "accepted_tokens": self.num_accepted_tokens,
+                "recovered_tokens": self.num_recovered_tokens, "bonus_tokens": self.num_bonus_tokens,
                 "acceptance_rate": self.acceptance_rate, "mean_acceptance_length": self.mean_acceptance_length,
                 "per_position_acceptance": self.per_position_acceptance, "tokens_per_s": self.tokens_per_s,
                 "wall_s": self.wall_s}
@@ -53,7 +56,8 @@ class SpecStats:
         s = seq.stats
         wall = (s.t_end if s.t_end is not None else s.t_arrival) - s.t_arrival
         return cls(num_drafts=s.drafts, num_draft_tokens=s.draft_tokens, num_accepted_tokens=s.accepted_tokens,
-                   num_accepted_tokens_per_pos=tuple(s.accepted_per_pos), target_forwards=s.target_forwards,
+                   num_accepted_tokens_per_pos=tuple(s.accepted_per_pos),
+                   num_recovered_tokens=s.recovered_tokens, num_bonus_tokens=s.bonus_tokens, target_forwards=s.target_forwards,
                    wall_s=wall, num_output_tokens=seq.num_output)
 
 

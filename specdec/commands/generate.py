@@ -5,9 +5,13 @@ import json
 import sys
 from pathlib import Path
 
+from rich.console import Console
+
 from ..config import COUPLINGS, EngineConfig, SamplingParams
 from ..build import default_pair, load_models, make_engine
+from ..engine.origins import RoundLog
 from ..errors import PromptError
+from .show_rounds import show
 from .common import add_compile_arg, add_method_args, spec_from_args
 
 
@@ -33,6 +37,9 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
+    p.add_argument("--show-rounds", action="store_true",
+                   help="print every round (k, accepted, time) and the text coloured by each token's "
+                        "origin: accepted draft, recovered at a rejection, bonus, plain")
     add_compile_arg(p)
     add_method_args(p)
     p.set_defaults(func=run)
@@ -79,7 +86,9 @@ def run(args) -> int:
                                                     max_model_len=models.target.config.max_position_embeddings))
     tok = models.tokenizer
     ids = [tok.encode(p) for p in prompts]
-    stream = not args.json and len(prompts) == 1
+    stream = not args.json and not args.show_rounds and len(prompts) == 1
+    log = RoundLog() if args.show_rounds else None
+    engine.on_round = log
     shown = [0]
 
     def on_step(seqs):
@@ -90,14 +99,18 @@ def run(args) -> int:
             shown[0] = len(text)
 
     seqs = engine.generate(ids, params, on_step=on_step)
+    if log is not None:
+        console = Console()
+        for i, seq in enumerate(seqs):
+            show(console, tok, log, seq, label=f"[{i}] " if len(seqs) > 1 else "")
     for seq in seqs:
         stats = seq.stats.as_dict(seq.num_output)
         if args.json:
             print(json.dumps({"text": tok.decode(seq.output_ids), "token_ids": seq.output_ids, "stats": stats}))
         else:
-            if not stream:
-                print(tok.decode(seq.output_ids))
-            else:
+            if stream:
                 print()
+            elif log is None:
+                print(tok.decode(seq.output_ids))
             print(json.dumps(stats), file=sys.stderr)
     return 0

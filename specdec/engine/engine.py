@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import Callable
 
 import torch
 
@@ -66,6 +67,9 @@ class Engine:
         self.metrics = EngineMetrics()
         self._no_draft = torch.zeros(config.max_batch, 0, dtype=torch.long)             # (B, 0)
         self._sampling: BatchSampling | None = None
+        # called with every decode round's RoundResult after the policy saw it (None: nothing
+        # is called); for tools that show rounds (generate --show-rounds, trace)
+        self.on_round: Callable[[RoundResult], None] | None = None
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], params: SamplingParams = SamplingParams()) -> Sequence:
@@ -164,9 +168,10 @@ class Engine:
         # 7. The proposer rolls back to the accepted prefix; the policy learns from the round.
         self.proposer.rollback(accepted)
         dt = time.perf_counter() - t0
-        self.policy.observe(RoundResult(
-            batch, k, key, num_draft, accepted, dt,
-            accept_prob=beta))
+        result = RoundResult(batch, k, key, num_draft, accepted, dt, accept_prob=beta, emitted=emitted)
+        self.policy.observe(result)
+        if self.on_round is not None:
+            self.on_round(result)
         self.metrics.target_forwards += 1
         self.metrics.steps += 1
         self.metrics.step_time_s += dt

@@ -18,3 +18,7 @@ class RoundResult:
     # (B, k) each draft's acceptance probability given its context (verify.rejection.
     # acceptance_probability; greedy rows 0/1), when the policy asks for it
     accept_prob: list[list[float]] | None = None
+    # (B,) the tokens verification gave each row: its accepted drafts, then the recovered or
+    # bonus token (the plain token in a round without drafts), before stop and length checks
+    # cut them; the engine's own list, handed over without a copy
+    emitted: list[list[int]] | None = None

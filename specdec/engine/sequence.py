@@ -26,6 +26,8 @@ class SeqStats:
     drafts: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    recovered_tokens: int = 0     # draft rounds that ended at a rejection: one resampled token each
+    bonus_tokens: int = 0         # draft rounds that accepted every draft: one bonus token each
     accepted_per_pos: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)  # accepted count of each draft round
     draft_lengths: list[int] = field(default_factory=list)     # proposed count of each draft round
@@ -41,6 +43,10 @@ class SeqStats:
         self.drafts += 1
         self.draft_tokens += num_draft
         self.accepted_tokens += num_accepted
+        if num_accepted < num_draft:
+            self.recovered_tokens += 1
+        else:
+            self.bonus_tokens += 1
         self.accepted_lengths.append(num_accepted)
         self.draft_lengths.append(num_draft)
         count_positions(self.accepted_per_pos, num_draft, num_accepted)
@@ -52,6 +58,8 @@ class SeqStats:
             "drafts": self.drafts,
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens,
+            "recovered_tokens": self.recovered_tokens,
+            "bonus_tokens": self.bonus_tokens,
             "acceptance_rate": self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0,
             "mean_acceptance_length": 1 + self.accepted_tokens / self.drafts if self.drafts else 1.0,
             "per_position_acceptance": [a / self.drafts for a in self.accepted_per_pos] if self.drafts else [],

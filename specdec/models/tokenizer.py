@@ -33,3 +33,22 @@ class Tokenizer:
 
     def decode(self, ids) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=True)
+
+    def pieces(self, ids) -> list[str]:
+        """Each token's share of `decode(ids)`: piece i is what token i adds to the text of
+        the tokens before it, so the pieces join to the decoded text (tokens that decode
+        to nothing, such as special ones, get "")."""
+        ids = list(ids)
+        texts = [self.decode(ids[:i]) for i in range(len(ids) + 1)]
+        out = []
+        for before, after in zip(texts, texts[1:]):
+            # a multi-byte character split across tokens shows on the token that completes it
+            out.append(after[len(before):] if after.startswith(before) else after[len(_common(before, after)):])
+        return out
+
+
+def _common(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]

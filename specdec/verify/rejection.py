@@ -36,11 +36,23 @@ def rejection_verify(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torc
     else:
         q_at = q.gather(1, at.clamp(max=k - 1)).squeeze(1) if k > 0 else torch.zeros_like(p_at)
         residual = (p_at - q_at).clamp_min(0.0)
-    # When p == q exactly a rejection has probability 0; guard the empty residual anyway.
-    empty = residual.sum(-1, keepdim=True) <= 0
-    residual = torch.where(empty, p_at, residual)
+    residual = guarded(residual, p_at)
     final = torch.where(rejected[:, None], residual, p_at)                    # recovered or bonus dist
     return num_accepted, sample(final, u_sample)
+
+
+def guarded(residual: torch.Tensor, p_at: torch.Tensor) -> torch.Tensor:
+    """residual (B, V) unnormalised, p_at (B, V) -> the residual, or p where it is all zero.
+    When p == q exactly a rejection has probability 0; the empty residual is guarded anyway."""
+    empty = residual.sum(-1, keepdim=True) <= 0
+    return torch.where(empty, p_at, residual)
+
+
+def recovery_distribution(p_at: torch.Tensor, q_at: torch.Tensor) -> torch.Tensor:
+    """p_at, q_at (B, V) at the rejected position -> norm(max(0, p - q)) (B, V), the law of the
+    recovered token (a one-hot q: p with the draft token removed, renormalised)."""
+    residual = guarded((p_at - q_at).clamp_min(0.0), p_at)
+    return residual / residual.sum(-1, keepdim=True)
 
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from specdec.cli import main
+from specdec.engine.origins import HTML_CSS
 
 ARGS = ["--workload", "code", "--k", "1,3", "--batch-sizes", "1,2", "--temperatures", "0,1",
         "--repeats", "2", "--max-new-tokens", "8", "--prompt-tokens", "16", "--extend-s", "1", "--no-progress"]
@@ -150,3 +151,16 @@ def test_lockstep_runs_decode_every_spec_on_the_same_prompts(tiny_target, tiny_d
         assert r.tok_s == pytest.approx(r.tokens / r.decode_s)
         assert sum(r.metrics["k_hist"].values()) >= 1
     assert set(runs[5].metrics["k_hist"]) <= {5} and runs[0].metrics["k_hist"] == {0: runs[0].metrics["k_hist"][0]}
+
+
+def test_report_shows_a_coloured_sample_per_regime(run_dir):
+    res = json.loads((run_dir / "results.json").read_text())
+    samples = res["samples"]
+    assert [s["regime"] for s in samples] == [r["regime"] for r in res["regimes"]]
+    html, md = (run_dir / "report.html").read_text(), (run_dir / "report.md").read_text()
+    for s in samples:
+        assert len(s["tokens"]) == len(s["pieces"]) == len(s["origins"]) == 48
+        assert sum(s["counts"].values()) == 48 and s["origins"][0] == "plain"
+        div = re.search(rf'<div class="sample" data-regime="{s["regime"]}">(.*?)</div>', html, re.S).group(1)
+        assert re.findall(r'<span class="tok (\w+)"', div) == s["origins"]
+    assert html.count(HTML_CSS) == 1 and "## What the regimes look like" in md

@@ -5,7 +5,7 @@ import torch
 from scipy.stats import chisquare
 
 from specdec.verify.greedy import greedy_verify
-from specdec.verify.rejection import acceptance_probability, rejection_verify
+from specdec.verify.rejection import acceptance_probability, recovery_distribution, rejection_verify
 
 V = 6
 N = 40000
@@ -130,3 +130,18 @@ def test_acceptance_probability_is_one_minus_tv():
     assert torch.allclose(beta, 1 - 0.5 * (p[:, :2] - q).abs().sum(-1), atol=1e-6)
     one_hot = acceptance_probability(p, None, drafts)
     assert torch.allclose(one_hot, p[:, :2].gather(2, drafts[:, :, None]).squeeze(2))
+
+
+def test_accept_plus_recover_is_p():
+    """The identity docs/how-it-works.md proves: min(p, q) + (1 - beta) norm(max(0, p - q)) = p,
+    with q a distribution or one-hot (a proposer without probabilities)."""
+    g = torch.Generator().manual_seed(9)
+    p = torch.softmax(torch.randn(5, V, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(5, V, generator=g, dtype=torch.float64), -1)
+    one_hot = torch.nn.functional.one_hot(torch.randint(0, V, (5,), generator=g), V).double()
+    for qq in (q, one_hot):
+        beta = torch.minimum(p, qq).sum(-1, keepdim=True)
+        r = recovery_distribution(p, qq)
+        assert torch.allclose(r.sum(-1), torch.ones(5, dtype=torch.float64))
+        assert torch.allclose(torch.minimum(p, qq) + (1 - beta) * r, p, atol=1e-12)
+    assert torch.allclose(recovery_distribution(p, p), p)       # p == q: the guard gives p back
