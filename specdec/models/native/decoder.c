@@ -78,7 +78,22 @@ static void rope_and_store(const Model *md, const Cache *c, int layer, float *qk
  * query's arithmetic is the same as if it were alone: its scores, its softmax, its sum,
  * all in key order. Scores past a query's own position are computed and never read. */
 #define QB 16       /* queries per block: 16 score rows of scratch per thread */
-#define MAX_D 256   /* head_dim bound for the register accumulators (checked by the caller) */
+
+/* out[0..8 NV) = sum over s < n of (r[s] inv) v[s][0..8 NV), each element's FMA chain in key
+ * order. NV is a constant at each call, so the accumulators stay in registers (with a
+ * runtime count they lived on the stack: a load and a store around every FMA). */
+static inline __attribute__((always_inline)) void weighted_sum(const float *r, float inv, int n,
+        const float *v, int ldv, float *out, int NV) {
+    vec acc[8];
+    for (int i = 0; i < NV; i++) acc[i] = VZERO();
+    for (int s = 0; s < n; s++) {
+        vec w = VSET(r[s] * inv);
+        const float *vs = v + (size_t)s * ldv;
+        for (int i = 0; i < NV; i++) acc[i] = VFMA(w, VLOAD(vs + 8 * i), acc[i]);
+    }
+    for (int i = 0; i < NV; i++) VSTORE(out + 8 * i, acc[i]);
+}
+#define MAX_D 256   /* head_dim bound (checked by the caller) */
 
 static void attention(const Model *md, const Cache *c, int layer, const float *qkv, int B, int T,
                       const int64_t *pos, int row0, float *out, float *scratch) {
@@ -116,14 +131,15 @@ static void attention(const Model *md, const Cache *c, int layer, const float *q
         for (int j = 0; j < n; j++) {
             float *r = sc + (size_t)j * L, mx = scale_max(r, p[j] + 1, scale);
             float inv = 1.0f / exp_shift(r, p[j] + 1, mx);
-            vec acc[MAX_D / 8];
-            for (int i = 0; i < D / 8; i++) acc[i] = VZERO();
-            for (int s = 0; s <= p[j]; s++) {
-                vec w = VSET(r[s] * inv);
-                const float *vs = vb + (size_t)s * D;
-                for (int i = 0; i < D / 8; i++) acc[i] = VFMA(w, VLOAD(vs + 8 * i), acc[i]);
+            for (int d0 = 0; d0 < D; d0 += 64) {          /* up to 64 dims at a time */
+                switch (D - d0 >= 64 ? 8 : (D - d0) / 8) {
+                    case 8: weighted_sum(r, inv, p[j] + 1, vb + d0, D, o[j] + d0, 8); break;
+                    case 4: weighted_sum(r, inv, p[j] + 1, vb + d0, D, o[j] + d0, 4); break;
+                    default:
+                        for (int i = 0; i < (D - d0) / 8; i++)
+                            weighted_sum(r, inv, p[j] + 1, vb + d0 + 8 * i, D, o[j] + d0 + 8 * i, 1);
+                }
             }
-            for (int i = 0; i < D / 8; i++) VSTORE(o[j] + 8 * i, acc[i]);
         }
     }
 }
