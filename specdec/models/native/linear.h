@@ -66,7 +66,8 @@ enum {               /* what a pass prefetches, per k (into L2) */
 #elif defined(__AVX2__)
 #define TMP 6
 #define WIDE_ROWS 3  /* 16 registers: 2 rows x 4 vectors + 4 weights + 1 input = 13, or 6 rows
-                        x 2 + 2 + 1 = 15; 3 x 4 takes its weights from memory (17 would spill) */
+                        x 2 + 2 + 1 = 15; 3 x 4 takes its weights from memory (17 would spill),
+                        which pays only when the 3 rows are the whole call (see WIDE) */
 #define KEEP(v) __asm__("" : "+x"(v))
 #else
 #define TMP 6
@@ -145,16 +146,19 @@ static inline void tile_##MT##x##NPN##x##NV(const float *x, const float *p, int 
 
 DEFINE_TILE(1, 2, 4, 1) DEFINE_TILE(1, 1, 4, 1) DEFINE_TILE(2, 1, 4, 1)
 #if WIDE_ROWS >= 6
+#define WIDE(mt) 1
 DEFINE_TILE(3, 1, 4, 1) DEFINE_TILE(4, 1, 4, 1) DEFINE_TILE(5, 1, 4, 1) DEFINE_TILE(6, 1, 4, 1)
 #define PASSES(mt) 1
 #define ROWS_TILE(MT) do { tile_##MT##x1x4(xm, p, K, ym, N, nt, b, acc_out, pf, next, q); q++; } while (0)
 #else
-DEFINE_TILE(3, 1, 4, 0) DEFINE_TILE(4, 1, 2, 1) DEFINE_TILE(5, 1, 2, 1) DEFINE_TILE(6, 1, 2, 1)
-/* MT rows over one panel: all 4 vectors at once (up to WIDE_ROWS rows), or its two halves
- * in turn, two passes */
-#define PASSES(mt) ((mt) <= WIDE_ROWS ? 1 : 2)
+DEFINE_TILE(3, 1, 4, 0) DEFINE_TILE(3, 1, 2, 1) DEFINE_TILE(4, 1, 2, 1) DEFINE_TILE(5, 1, 2, 1) DEFINE_TILE(6, 1, 2, 1)
+/* MT rows over one panel: all 4 vectors at once, or its two halves in turn (two passes).
+ * Wide: up to 2 rows, or 3 rows that are the whole call (measured: 3 rows beside a 4-row
+ * tile, T = 7, took 5.5 ms wide and 4.3 ms as halves; T = 3 alone 3.6 wide, 4.0 halves) */
+#define WIDE(mt) ((mt) <= 2 || ((mt) <= WIDE_ROWS && m1 - m0 == (mt)))
+#define PASSES(mt) (WIDE(mt) ? 1 : 2)
 #define ROWS_TILE(MT) do {                                                                     \
-    if (MT <= WIDE_ROWS) { WIDE_TILE(MT); q++; break; }                                        \
+    if (WIDE(MT)) { WIDE_TILE(MT); q++; break; }                                               \
     NARROW_TILE(MT, xm, p, K, ym, N, nt, b, acc_out, pf, next, q); q++;                        \
     if (nt > 16) {                                                                             \
         NARROW_TILE(MT, xm, p + 16, K, ym + 16, N, nt - 16, b ? b + 16 : NULL, acc_out, pf, next, q); \
@@ -164,7 +168,7 @@ DEFINE_TILE(3, 1, 4, 0) DEFINE_TILE(4, 1, 2, 1) DEFINE_TILE(5, 1, 2, 1) DEFINE_T
 #define WIDE_TILE(MT) (MT <= 1 ? tile_1x1x4(xm, p, K, ym, N, nt, b, acc_out, pf, next, q)      \
                        : MT == 2 ? tile_2x1x4(xm, p, K, ym, N, nt, b, acc_out, pf, next, q)    \
                        : tile_3x1x4(xm, p, K, ym, N, nt, b, acc_out, pf, next, q))
-#define NARROW_TILE(MT, ...) (MT == 4 ? tile_4x1x2(__VA_ARGS__) : MT == 5 ? tile_5x1x2(__VA_ARGS__) \
+#define NARROW_TILE(MT, ...) (MT <= 3 ? tile_3x1x2(__VA_ARGS__) : MT == 4 ? tile_4x1x2(__VA_ARGS__) : MT == 5 ? tile_5x1x2(__VA_ARGS__) \
                                                                            : tile_6x1x2(__VA_ARGS__))
 #endif
 
