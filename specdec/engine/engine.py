@@ -145,13 +145,14 @@ class Engine:
         # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
         #    (no drafts) only picks the next token. chosen[b][j]: the position output j fills.
         chosen = [[len(s.token_ids) + j for j in range(kk + 1)] for s in batch]
-        next_ids = plain_next(logits, target_argmax, sampling, chosen) if kk == 0 else None
+        native = getattr(self.target, "native", None)                               # the compiled decoder
+        next_ids = plain_next(logits, target_argmax, sampling, chosen, native) if kk == 0 else None
         beta = None
         if next_ids is not None:
             accepted = [0] * B
         else:
             accepted, next_ids, beta = verify_round(logits, target_argmax, draft, draft_rows, num_draft,
-                                                    sampling, chosen, self.policy.wants_accept_prob)
+                                                    sampling, chosen, self.policy.wants_accept_prob, native)
         # 6. Commit: advance the cache past the accepted drafts and the new token (the
         #    rejected drafts' entries stay beyond the row's length, masked: the rollback),
         #    append the tokens, check stop conditions.

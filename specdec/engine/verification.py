@@ -12,14 +12,20 @@ from ..verify.sampling import BatchSampling, sample
 
 
 def plain_next(logits, target_argmax: list[list[int]] | None, sampling: BatchSampling,
-               chosen: list[list[int]]) -> list[int] | None:
+               chosen: list[list[int]], native=None) -> list[int] | None:
     """The next token per row for a round without drafts, or None for a batch mixing argmax
     and sampled rows (verification handles that). Same draws as verification's.
-    target_argmax: the forward's (B, 1) argmaxes when it computed them (greedy batches)."""
+    target_argmax: the forward's (B, 1) argmaxes when it computed them (greedy batches);
+    native: the compiled decoder (models/native), which samples temperature-only batches in
+    one C call while the logits are in cache, or None."""
     if sampling.all_argmax:
         if target_argmax is not None:
             return [best[0] for best in target_argmax]
         return sampling.scores(logits, chosen)[:, 0].argmax(-1).tolist()
+    if native is not None and sampling.temperature_only and logits.device.type == "cpu":
+        B = logits.shape[0]
+        return native.verify_sample(logits, sampling.temperature, torch.zeros(B, 0, dtype=torch.long),
+                                    None, [0] * B, sampling.uniforms(1), False)[1]
     if not sampling.any_argmax:
         p = sampling.probs(logits, positions=chosen)[:, 0]                          # (B, V)
         return sample(p, sampling.uniforms(1)[:, 0]).tolist()
@@ -27,20 +33,26 @@ def plain_next(logits, target_argmax: list[list[int]] | None, sampling: BatchSam
 
 
 def verify_round(logits, target_argmax: list[list[int]] | None, draft: Draft, draft_rows: list[list[int]],
-                 num_draft: list[int], sampling: BatchSampling, chosen: list[list[int]], want_beta: bool):
+                 num_draft: list[int], sampling: BatchSampling, chosen: list[list[int]], want_beta: bool,
+                 native=None):
     """-> (num_accepted (B,), next_token (B,), beta (B, k) or None), host lists.
     Greedy and coupled rows are verified by argmax on their scores (target_argmax, when the
     forward computed it, for greedy batches), the others by rejection sampling. beta, each
     draft's acceptance probability, is computed for sampled batches when `want_beta` (the
-    policy learns from it; argmax acceptance is already deterministic given the context)."""
+    policy learns from it; argmax acceptance is already deterministic given the context).
+    native: as for plain_next; temperature-only batches are verified by the same rule and
+    draws in one C call (NativeForward.verify_sample)."""
     if sampling.all_argmax:
         if target_argmax is None:
             target_argmax = sampling.scores(logits, chosen, draft.tokens.to(logits.device)).argmax(-1).tolist()
         return (*greedy_verify(target_argmax, draft_rows, num_draft), None)
     dev = logits.device
     tokens = draft.tokens.to(dev)
-    p = sampling.probs(logits, positions=chosen, drafts=tokens)                     # (B, k+1, V)
     kk = tokens.shape[1]
+    if native is not None and sampling.temperature_only and dev.type == "cpu":
+        return native.verify_sample(logits, sampling.temperature, tokens, draft.probs, num_draft,
+                                    sampling.uniforms(kk + 1), want_beta and kk > 0)
+    p = sampling.probs(logits, positions=chosen, drafts=tokens)                     # (B, k+1, V)
     u = sampling.uniforms(kk + 1)
     n_acc, nxt = rejection_verify(p, draft.probs, tokens, torch.tensor(num_draft, device=dev),
                                   u[:, :kk], u[:, kk])

@@ -52,7 +52,8 @@ class DraftModelProposer(Proposer):
         positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
         pos = start + last + 1                                          # (B,) where draft 1 feeds
         s = context.sampling
-        native = getattr(self.model, "native", None) if k > 1 else None
+        native_one = getattr(self.model, "native", None)
+        native = native_one if k > 1 else None
         # On the compiled decoder, drafts 1..k-1 come from one C call (no Python between the
         # draft's steps) for greedy batches and for sampled batches with temperature only.
         if native is not None and s.all_argmax and not s.any_coupled and not s.processed:
@@ -63,6 +64,13 @@ class DraftModelProposer(Proposer):
             rest = native.draft_argmax(first_tok[:, 0], pos, k - 1, self.cache, self.num_layers)
             self._advance([k - 1] * B)
             return Draft(tokens=torch.cat([first_tok, rest], 1), probs=None)
+        if native_one is not None and s.temperature_only and T == 1:
+            # one token to feed per row: all k draft steps, the first included, in one C call
+            u = s.uniforms(k)                                                          # (B, k)
+            out, q = native_one.draft_sample(tokens[:, 0], start, k, self.cache, s.temperature, u,
+                                             self.num_layers)                          # (B, k), (B, k, V)
+            self._advance([k] * B)
+            return Draft(tokens=out, probs=q)
         logits = self.model(tokens, positions, self.cache, num_layers=self.num_layers)  # (B, T, V)
         logits = logits.gather(1, last[:, None, None].expand(B, 1, logits.shape[-1]))    # (B, 1, V)
         self._advance([len(f) for f in feeds])

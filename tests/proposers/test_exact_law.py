@@ -17,8 +17,9 @@ import specdec.engine.verification as verification
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.engine import Engine
 from specdec.verify.greedy import accepted_prefix
-from specdec.verify.rejection import rejection_verify
-from specdec.verify.sampling import sample
+from specdec.models.native.forward import NativeForward
+from specdec.verify.rejection import acceptance_probability, rejection_verify
+from specdec.verify.sampling import probs_from_logits, sample
 from tests.conftest import make_model, perturbed
 
 N = 20000               # continuations per test of a correct sampler (the issue's floor)
@@ -133,10 +134,24 @@ def _reused_uniform(p, q, draft_tokens, num_draft, u_accept, u_sample):
     return rejection_verify(p, q, draft_tokens, num_draft, u_accept, torch.where(n < num_draft, reused, u_sample))
 
 
+def _as_native(bug):
+    """The bug in the compiled verifier's place (NativeForward.verify_sample, which the engine
+    runs for temperature-only batches; tests/models/test_native_verify.py pins its rule to
+    rejection_verify's), so that the control breaks whichever path the engine takes."""
+    def verify_sample(self, logits, temperature, drafts, q, num_draft, uniforms, want_beta):
+        k = drafts.shape[1]
+        p = probs_from_logits(logits, temperature)
+        n, nxt = bug(p, q, drafts, torch.tensor(num_draft), uniforms[:, :k], uniforms[:, k])
+        beta = acceptance_probability(p, q, drafts).tolist() if want_beta and k else None
+        return n.tolist(), nxt.tolist(), beta
+    return verify_sample
+
+
 @pytest.mark.parametrize("bug", [_recover_from_p, _reused_uniform])
 @pytest.mark.parametrize("method", ["draft", "layerskip", "ngram", "suffix"])
 def test_negative_control_a_broken_verifier_fails(pair, monkeypatch, method, bug):
     monkeypatch.setattr(verification, "rejection_verify", bug)
+    monkeypatch.setattr(NativeForward, "verify_sample", _as_native(bug))
     assert p_value(sampled(pair, method, n=N_CONTROL), exact_law(pair[0])) < P_MIN
 
 

@@ -20,6 +20,7 @@
  */
 #include "simd.h"
 #include "linear.h"
+#include "sampling.h"
 
 typedef struct {
     int hidden, heads, kv_heads, head_dim, inter, vocab, layers, rope_len;
@@ -170,14 +171,6 @@ size_t sd_scratch_floats(const Model *md, int M, int max_len, int threads) {
     return (size_t)M * (2 * d + qkv + att + f2 + md->inter) + (size_t)threads * QB * (max_len + md->head_dim);
 }
 
-/* the first maximum of r[0..n), NaN counting as maximal: torch.argmax's answer */
-static int64_t argmax_row(const float *r, int n) {
-    int best = 0;
-    for (int v = 1; v < n; v++)
-        if (!(r[best] != r[best]) && (r[v] > r[best] || r[v] != r[v])) best = v;
-    return best;
-}
-
 /* tokens, pos: (B, T) int64. Rows b use cache row row0 + b. out: (B*T, V) logits, or
  * (B*T, d) final hidden states when want_logits is 0. argmax: NULL, or (B*T,) int64 that
  * receives each position's argmax (while its logits are still in cache: a greedy round then
@@ -264,27 +257,6 @@ int sd_draft_argmax(const Model *md, const Cache *c, int B, int64_t *tokens, con
         for (int b = 0; b < B; b++) out[(size_t)b * steps + s] = tokens[b];
     }
     return 0;
-}
-
-/* Sampling one row the way verify/sampling.py does it for temperature-only settings:
- * q = softmax(r / t) into q, then the inverse CDF at u: the first index whose running sum
- * exceeds u x the total, falling back to the argmax where that lands on a zero (the
- * numerical edge of the CDF). Returns the token. */
-static int64_t sample_row(const float *r, int n, float t, float u, float *q) {
-    float mx = -INFINITY;
-    for (int v = 0; v < n; v++) mx = r[v] / t > mx ? r[v] / t : mx;
-    double total = 0.0, cum = 0.0;             /* sums in double, as torch's CPU cumsum */
-    for (int v = 0; v < n; v++) total += q[v] = expf(r[v] / t - mx);
-    float inv = (float)(1.0 / total);
-    for (int v = 0; v < n; v++) cum += q[v] *= inv;
-    float at = u * (float)cum;
-    int idx = n - 1;
-    cum = 0.0;
-    for (int v = 0; v < n; v++) {
-        cum += q[v];
-        if ((float)cum > at) { idx = v; break; }
-    }
-    return q[idx] > 0.0f ? idx : argmax_row(q, n);
 }
 
 /* Sampled drafting without returning to Python: as sd_draft_argmax, but each step samples

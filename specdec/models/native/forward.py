@@ -185,6 +185,30 @@ class NativeForward:
         self._check(rc, cache)
         return out, q
 
+    def verify_sample(self, logits: torch.Tensor, temperature: torch.Tensor, drafts: torch.Tensor,
+                      q: torch.Tensor | None, num_draft: list[int], uniforms: torch.Tensor,
+                      want_beta: bool) -> tuple[list[int], list[int], list[list[float]] | None]:
+        """One round's rejection-sampling verification in one C call, for temperature-only
+        rows: logits (B, k+1, V), temperature (B,), drafts (B, k), q (B, k, V) or None
+        (one-hot), uniforms (B, k+1) -> (num_accepted (B,), next_token (B,), beta (B, k) or
+        None) as host lists; verify.rejection.rejection_verify's rule and draws, with p =
+        softmax(logits / temperature) computed while the logits are in cache."""
+        B, T, V = logits.shape
+        f32 = lambda t: t.to(torch.float32).contiguous()                                 # noqa: E731
+        logits, temperature, uniforms = f32(logits), f32(temperature), f32(uniforms)
+        drafts = drafts.to(torch.long).contiguous()
+        q = f32(q) if q is not None else None
+        nd = torch.tensor(num_draft, dtype=torch.long)
+        n_acc, nxt = torch.empty(B, dtype=torch.long), torch.empty(B, dtype=torch.long)
+        beta = torch.empty(B, T - 1) if want_beta and T > 1 else None
+        scratch = torch.empty(B, T + 1, V)
+        self.lib.sd_verify_sample(
+            _P(logits.data_ptr()), B, T, V, _P(temperature.data_ptr()), _P(drafts.data_ptr()),
+            _P(q.data_ptr()) if q is not None else None, _P(nd.data_ptr()), _P(uniforms.data_ptr()),
+            _P(n_acc.data_ptr()), _P(nxt.data_ptr()), _P(beta.data_ptr()) if beta is not None else None,
+            _P(scratch.data_ptr()), torch.get_num_threads())
+        return n_acc.tolist(), nxt.tolist(), beta.tolist() if beta is not None else None
+
     def _prepare(self, rows: int, cache: KVCache, threads: int) -> ctypes.c_void_p:
         """Under the lock: the rope table long enough for the cache, and scratch for `rows`."""
         if cache.max_len > self.struct.rope_len:
