@@ -15,7 +15,8 @@ from pathlib import Path
 _SCRATCH = tempfile.mkdtemp(prefix="specdec-tests-")
 atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
 for _var, _sub in (("SPECDEC_CACHE", "specdec"), ("HF_HOME", "huggingface"), ("MPLCONFIGDIR", "matplotlib"),
-                   ("XDG_CACHE_HOME", "xdg-cache"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                   ("XDG_CACHE_HOME", "xdg-cache"), ("XDG_CONFIG_HOME", "xdg-config"),
+                   ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
                    ("RUSTUP_HOME", "rustup"), ("CARGO_HOME", "cargo")):
     os.environ[_var] = os.path.join(_SCRATCH, _sub)
 
