@@ -16,8 +16,9 @@ Moulines, 2011) on a ratio estimator, per row:
     goodput        G_a = S_a / T_a                (tokens per second, as throughput is)
     choose         argmax_a  G_a + c * max_b G_b * sqrt(log(sum_b N_b) / N_a)
 
-An arm never tried in this request is tried first, unless earlier requests left a prior
-(their goodput, counted as `prior` pulls). Because the counts of an arm not played decay
+An arm never tried in this request is tried first, unless earlier requests verified the
+same way (greedy, or the sampled coupling: `invariant` accepts less than `standard`, so an
+arm's goodput differs by mode) left a prior (their goodput, counted as `prior` pulls). Because the counts of an arm not played decay
 geometrically, its exploration bonus grows until it is played again: no arm is abandoned
 for good (it is retried roughly every few times 1/(1-gamma) rounds when clearly worse),
 and a change of regime mid-request is followed within about 1/(1-gamma) rounds. On a
@@ -65,7 +66,8 @@ class AutoProposer(Proposer):
         self.gamma, self.c, self.prior, self.clock = gamma, c, prior, clock
         A = len(self.arms)
         self.rows: dict[int, _Stats] = {}
-        self.glob_tok, self.glob_sec = [0.0] * A, [0.0] * A   # goodput of earlier requests per arm
+        self.glob: dict[str, tuple[list[float], list[float]]] = {}   # mode -> (tokens, seconds) per arm
+        self.row_mode: dict[int, str] = {}                  # each running row's verification mode
         self.chosen: list[int] | None = None
         self.used: list[int] = []
         self.t0 = 0.0
@@ -77,9 +79,12 @@ class AutoProposer(Proposer):
         for a in self.arms:
             a.start(row, seq)
         st = _Stats(len(self.arms))
+        mode = _mode(seq)
+        self.row_mode[row] = mode
+        tok, sec = self.prior_of(mode)
         for i in range(len(self.arms)):
-            if self.glob_sec[i] > 0 and self.prior > 0:
-                g = self.glob_tok[i] / self.glob_sec[i]
+            if sec[i] > 0 and self.prior > 0:
+                g = tok[i] / sec[i]
                 st.n[i], st.sec[i], st.tok[i] = self.prior, self.prior * 1e-3, self.prior * 1e-3 * g
         self.rows[row] = st
 
@@ -88,16 +93,26 @@ class AutoProposer(Proposer):
             a.move_row(src, dst)
         if src in self.rows:
             self.rows[dst] = self.rows.pop(src)
+        if src in self.row_mode:
+            self.row_mode[dst] = self.row_mode.pop(src)
 
     def finish(self, row):
         for a in self.arms:
             a.finish(row)
         st = self.rows.pop(row, None)
-        if st is not None:                   # the request's goodput becomes the next requests' prior
+        mode = self.row_mode.pop(row, _DEFAULT_MODE)
+        if st is not None:                   # the request's goodput becomes its mode's next requests' prior
+            tok, sec = self.glob.setdefault(mode, ([0.0] * len(self.arms), [0.0] * len(self.arms)))
             for i in range(len(self.arms)):
                 if st.sec[i] > 0:
-                    self.glob_tok[i] = 0.5 * self.glob_tok[i] + st.tok[i] / st.sec[i]
-                    self.glob_sec[i] = 0.5 * self.glob_sec[i] + 1.0
+                    tok[i] = 0.5 * tok[i] + st.tok[i] / st.sec[i]
+                    sec[i] = 0.5 * sec[i] + 1.0
+
+    def prior_of(self, mode: str) -> tuple[list[float], list[float]]:
+        """(decayed goodput sums, weights) per arm left by finished requests verified in `mode`
+        ("greedy", "standard" or "invariant"); zeros where none finished yet."""
+        A = len(self.arms)
+        return self.glob.get(mode, ([0.0] * A, [0.0] * A))
 
     # ---- the bandit --------------------------------------------------------------------------
     def _stats(self, row) -> _Stats:
@@ -165,6 +180,15 @@ class AutoProposer(Proposer):
         """Fraction of row-rounds each arm was chosen in (over the recorded history)."""
         flat = [a for rnd in self.history for a in rnd]
         return {n: flat.count(i) / len(flat) if flat else 0.0 for i, n in enumerate(self.names)}
+
+
+_DEFAULT_MODE = "greedy"     # a row started without a sequence (tests, warm-up) counts as greedy
+
+
+def _mode(seq) -> str:
+    """The verification mode of a request (see SamplingParams.verification)."""
+    params = getattr(seq, "params", None)
+    return params.verification if params is not None else _DEFAULT_MODE
 
 
 def merge(row_drafts: list[Draft], drafts: list[Draft]) -> Draft:

@@ -119,3 +119,28 @@ def test_factory_builds_available_arms(tiny_target, tiny_draft):
     assert "draft" not in without.names
     some = create("auto", tiny_target, SpecConfig(method="auto", k=4, options={"auto_arms": "ngram,none"}))
     assert some.names == ["ngram", "none"]
+
+
+def test_prior_is_kept_per_coupling_mode():
+    """A request's goodput becomes the prior only of later requests verified the same way:
+    invariant rows learn that arm 'b' is best, and a standard row still starts from nothing."""
+    from types import SimpleNamespace
+    from specdec.config import SamplingParams
+
+    def seq(coupling):
+        return SimpleNamespace(params=SamplingParams(temperature=1.0, coupling=coupling))
+
+    clock = Clock()
+    arms = {"a": FakeArm(clock, 0.001, binom(0.0)), "b": FakeArm(clock, 0.001, binom(0.9))}
+    auto = AutoProposer(arms, clock=clock, prior=5.0)
+    auto.start(0, seq("invariant"))
+    simulate(auto, list(arms.values()), clock, 200)
+    auto.finish(0)
+    tok, sec = auto.prior_of("invariant")
+    assert sec[0] > 0 and sec[1] > 0 and tok[1] / sec[1] > tok[0] / sec[0]
+    assert auto.prior_of("standard") == ([0.0, 0.0], [0.0, 0.0])
+    auto.start(0, seq("standard"))                     # no prior: an untried arm (n = 0) first
+    assert auto.rows[0].n == [0.0, 0.0] and auto.choose(auto.rows[0]) == 0
+    auto.finish(0)
+    auto.start(1, seq("invariant"))                    # the invariant prior: both arms pre-counted
+    assert auto.rows[1].n == [5.0, 5.0] and auto.choose(auto.rows[1]) == 1
