@@ -28,6 +28,7 @@ from itertools import product
 
 from ..config import EngineConfig, SamplingParams
 from ..build import Models, make_engine
+from .couplings import COUPLED_GROUPS, coupled_pass, coupling_entry, round_lengths
 from .extend import extend_wide
 from .interval import bootstrap, half_width, stretches
 from .predict import fit_alpha
@@ -160,6 +161,7 @@ class CellResult:
     repetition: list = field(default_factory=list)   # (tokens, repetition fraction) of each output
     context: list = field(default_factory=list)      # mean cache length while decoding, per group
     extra_groups: int = 0                            # groups added because the interval was wide
+    coupled: tuple | None = None     # ((accepted, draft lengths) standard, the same invariant): same prompts
 
     def add(self, plain: Run, spec: Run, context: float = 0.0) -> None:
         self.units += stretches(plain.steps, spec.steps)
@@ -215,6 +217,8 @@ class CellResult:
             "accepted_length_hist": {str(n): m for n, m in sorted(Counter(L).items())},
             "prompt_alphas": self.prompt_alphas, "group_alphas": self.group_alphas,
             "identical_to_plain": self.identical, "extra_groups": self.extra_groups,
+            "couplings": None if self.coupled is None else {
+                "standard": coupling_entry(c.k, *self.coupled[0]), "invariant": coupling_entry(c.k, *self.coupled[1])},
         }
 
 
@@ -256,6 +260,10 @@ def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
             cell = Cell(w, k, b, temp)
             results.setdefault(cell, CellResult(cell)).add(runs[0], runs[k], context)
             results[cell].extra_groups += g >= plan.groups
+        if temp > 0 and b == 1 and g < COUPLED_GROUPS:   # the same prompts and seeds, invariant
+            inv = coupled_pass(lockstep_runs, models, {k: specs[k] for k in ks}, group, params, max_len, device)
+            for k in ks:
+                results[Cell(w, k, b, temp)].coupled = (round_lengths(runs[k]), inv[k])
 
     durations: dict = {}
     for block in blocks:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .couplings import coupling_blocks
 from .plots import all_plots
 from .render import to_html, to_markdown
 from .repetition import FLAG, NGRAM
@@ -138,6 +139,7 @@ def build_blocks(summary: dict, meta: dict) -> list:
              c["groups"], _f(c["pred"], "{:.2f}×"), _pct(c["err"]), _f(c["pred_model"], "{:.2f}×"),
              _f(c["pred_iid"], "{:.2f}×"), _f(c["pred_positional"], "{:.2f}×"), _f(c["pred_forward"], "{:.2f}×"),
              _rep(c), {True: "yes", False: "NO", None: "n/a"}[c["identical_to_plain"]]] for c in cells])]
+    B += coupling_blocks(cells)
     tab = summary["cost_table"]
     t11 = tab["t_s"][0][0]
     B += [("h", 2, "Costs"),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import statistics
 
 from . import predict as P
+from .couplings import annotate_couplings
 from .in_run import offset, shifted
 from .interval import WIDE
 from .regimes import headline, regimes
@@ -64,6 +65,7 @@ def annotate(cells: list[dict], costs, new_tokens: int | None = None) -> list[di
                                   else P.expected_tokens(ref["alpha"], k))
         c["positional_held_out"] = ref is not c
         c["pred_iid"] = P.speedup(c["tokens_iid"], c["ratio"])
+        annotate_couplings(c, c["ratio"])
         c["pred_positional"] = P.speedup(c["tokens_positional"], c["ratio"])
         c["pred_forward"] = P.speedup(c["tokens_iid"], c["ratio_forward"])
         c["pred"] = _predict_runs(c, step, new_tokens) if new_tokens else c["pred_iid"]

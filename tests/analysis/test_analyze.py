@@ -164,3 +164,21 @@ def test_report_shows_a_coloured_sample_per_regime(run_dir):
         div = re.search(rf'<div class="sample" data-regime="{s["regime"]}">(.*?)</div>', html, re.S).group(1)
         assert re.findall(r'<span class="tok (\w+)"', div) == s["origins"]
     assert html.count(HTML_CSS) == 1 and "## What the regimes look like" in md
+
+
+def test_report_compares_both_couplings(run_dir):
+    """Sampled batch-1 cells carry standard and invariant acceptance, and both reports show them."""
+    res = json.loads((run_dir / "results.json").read_text())
+    sampled = [c for c in res["cells"] if c["temperature"] > 0 and c["batch"] == 1]
+    assert sampled and all(c["couplings"] is None for c in res["cells"] if c not in sampled)
+    for c in sampled:
+        for mode in ("standard", "invariant"):
+            e = c["couplings"][mode]
+            assert e["rounds"] > 0 and 0 <= e["alpha"] <= 1 and 0 <= e["mean_acceptance_length"] <= c["k"]
+        assert c["couplings"]["invariant"]["pred_iid"] > 0
+    md = (run_dir / "report.md").read_text()
+    assert "Sampling couplings: standard vs invariant" in md and "temperature 1" in md
+    for c in sampled:
+        inv = c["couplings"]["invariant"]
+        assert f"| {c['k']} | 1 | {c['couplings']['standard']['alpha']:.2f} | {inv['alpha']:.2f} |" in md
+    assert "α invariant" in (run_dir / "report.html").read_text()
