@@ -5,8 +5,8 @@ block at batch 1, one group's prompts and seeds are decoded again with `invarian
 (position-keyed Gumbel noise; a draft is accepted when it equals the target's coupled
 sample), acceptance only: nothing of this pass is timed. Each cell then carries both
 couplings' alpha and mean acceptance length side by side, and the invariant prediction
-uses the invariant alpha with the cell's own round cost (the coupling changes acceptance,
-not what a round costs).
+uses the invariant alpha with the cell's own round cost (assumed the same under either
+coupling; this pass is not timed).
 """
 from __future__ import annotations
 
