@@ -82,7 +82,9 @@ def run(args) -> int:
     target, draft = default_pair(args.target, args.draft)
     models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
     spec = spec_from_args(args, has_draft=models.draft is not None)
-    engine = make_engine(models, spec, EngineConfig(max_batch=args.max_batch, device=args.device,
+    # a batch never holds more rows than there are prompts: fewer rows to size the cache for
+    # and to price when k = auto measures the machine (one prompt: batch 1 only)
+    engine = make_engine(models, spec, EngineConfig(max_batch=min(args.max_batch, len(prompts)), device=args.device,
                                                     max_model_len=models.target.config.max_position_embeddings))
     tok = models.tokenizer
     ids = [tok.encode(p) for p in prompts]
