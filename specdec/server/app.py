@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..build import Models
+from ..engine.validation import check_params
 from ..errors import ConfigError, PromptError
 from ..proposers import available as available_methods
 from . import protocol as P
@@ -173,15 +174,18 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
 
     def sampling(req, max_tokens: int | None, prompt_len: int) -> SamplingParams:
         try:
-            return SamplingParams(temperature=float(1.0 if req.temperature is None else req.temperature),
-                                  logprobs=req.logprobs_asked(),
-                                  top_p=float(1.0 if req.top_p is None else req.top_p),
-                                  top_k=req.top_k or 0, seed=req.seed, ignore_eos=req.ignore_eos,
-                                  coupling=req.sampling_coupling,
-                                  max_new_tokens=max_tokens if max_tokens is not None
-                                  else max(1, mml - prompt_len))
-        except (ConfigError, ValueError) as e:
-            raise HTTPError(400, str(e))
+            params = SamplingParams(temperature=float(1.0 if req.temperature is None else req.temperature),
+                                    logprobs=req.logprobs_asked(),
+                                    top_p=float(1.0 if req.top_p is None else req.top_p),
+                                    top_k=req.top_k or 0, seed=req.seed, ignore_eos=req.ignore_eos,
+                                    coupling=req.sampling_coupling, **req.processing(),
+                                    max_new_tokens=max_tokens if max_tokens is not None
+                                    else max(1, mml - prompt_len))
+            check_params(params, models.target.config.vocab_size)
+            return params
+        except (ConfigError, PromptError, ValueError) as e:
+            first = str(e).split(" ")[0]       # the messages start with the field they are about
+            raise HTTPError(400, str(e), param=first if first in type(req).model_fields else None)
 
     def spec_key(req) -> tuple:
         if req.speculative is not None and not cfg.allow_request_speculation:

@@ -14,9 +14,10 @@ import time
 import uuid
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      field_validator)
 
-from ..config import MAX_LOGPROBS, SEED_MAX, SEED_MIN
+from ..config import LOGIT_BIAS_RANGE, MAX_LOGPROBS, PENALTY_RANGE, SEED_MAX, SEED_MIN
 
 Number = Union[StrictInt, StrictFloat]
 
@@ -41,11 +42,6 @@ class StreamOptions(_Req):
 # that sets one to anything but its no-op value gets a 400 naming it, never a silent 200.
 UNSUPPORTED = {
     "best_of": lambda v: v is None or v == 1,
-    "logit_bias": lambda v: v is None or v == {},
-    "frequency_penalty": lambda v: v is None or v == 0,
-    "presence_penalty": lambda v: v is None or v == 0,
-    "repetition_penalty": lambda v: v is None or v == 1,
-    "min_tokens": lambda v: v is None or v == 0,
     "suffix": lambda v: v is None or v == "",
     "tools": lambda v: v is None or v == [],
     "tool_choice": lambda v: v is None or v == "none",
@@ -75,16 +71,37 @@ class _Sampling(_Req):
     speculative: SpeculativeOptions | None = None
     # extension: "invariant" makes a seed's text independent of speculation (verify/coupling.py)
     sampling_coupling: Literal["standard", "invariant"] = "standard"
+    # logit processing, applied alike to the target's p and the draft's q (verify/processors.py)
+    logit_bias: dict[StrictStr, Number] | None = None      # OpenAI's: token id (a string) -> bias
+    frequency_penalty: Number | None = Field(default=None, ge=-PENALTY_RANGE, le=PENALTY_RANGE)
+    presence_penalty: Number | None = Field(default=None, ge=-PENALTY_RANGE, le=PENALTY_RANGE)
+    repetition_penalty: Number | None = Field(default=None, gt=0)
+    min_tokens: StrictInt | None = Field(default=None, ge=0)
     # declared so that they are refused, not ignored (UNSUPPORTED)
     best_of: Any = None
-    logit_bias: Any = None
-    frequency_penalty: Any = None
-    presence_penalty: Any = None
-    repetition_penalty: Any = None
-    min_tokens: Any = None
     tools: Any = None
     tool_choice: Any = None
     response_format: Any = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, v):
+        for key, bias in (v or {}).items():
+            if not key.isdecimal():
+                raise ValueError(f"keys are token ids written as strings, got {key!r}")
+            if not -LOGIT_BIAS_RANGE <= bias <= LOGIT_BIAS_RANGE:
+                raise ValueError(f"values must be in [-{LOGIT_BIAS_RANGE:g}, {LOGIT_BIAS_RANGE:g}], "
+                                 f"got {bias!r} for token {key}")
+        return v
+
+    def processing(self) -> dict:
+        """The logit-processing settings as SamplingParams keywords (unset ones left out)."""
+        out = {name: getattr(self, name) for name in
+               ("frequency_penalty", "presence_penalty", "repetition_penalty", "min_tokens")
+               if getattr(self, name) is not None}
+        if self.logit_bias:
+            out["logit_bias"] = {int(k): float(b) for k, b in self.logit_bias.items()}
+        return out
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
