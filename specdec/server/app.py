@@ -12,7 +12,7 @@ import asyncio
 import hmac
 import json
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -26,8 +26,8 @@ from ..errors import ConfigError, PromptError
 from ..proposers import available as available_methods
 from . import protocol as P
 from .metrics import ServerMetrics
-from .events import HTTPError, abort_on_disconnect, events, sse
-from .events import usage as usage_of
+from .choices import Choice, choice_seed, collect, logprobs_since, sse, usage
+from .events import HTTPError, abort_on_disconnect
 from .text import ChatFormatter, TextStream
 from .handle import Handle, QueueFull, ShuttingDown
 from .worker import Worker
@@ -165,8 +165,6 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             return req
         if req.model is not None and req.model != cfg.model_name:
             raise HTTPError(404, f"the model `{req.model}` does not exist", "not_found_error", "model")
-        if req.n != 1:
-            raise HTTPError(400, "n > 1 is not supported; send one request per completion", param="n")
         name = P.unsupported_param(req)
         if name is not None:
             raise HTTPError(400, f"`{name}` is not supported by this server; leave it unset", param=name)
@@ -220,57 +218,63 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         except ShuttingDown as e:
             raise HTTPError(503, str(e), "service_unavailable")
 
-    async def run(request: Request, req, ids: list[int], max_tokens: int | None, chat_mode: bool):
-        params = sampling(req, max_tokens, len(ids))
-        h = submit(ids, params, spec_key(req))
-        cid, created = P.new_id("chatcmpl" if chat_mode else "cmpl"), P.now()
-        stream = TextStream(models.tokenizer, req.stop_list())
-        if req.stream:
-            echo = models.tokenizer.decode(ids) if getattr(req, "echo", False) else ""
-            gen = sse(request, worker, h, stream, cid, created, cfg.model_name, chat_mode,
-                      bool(req.stream_options and req.stream_options.include_usage), echo,
-                      params.logprobs is not None)
-            return StreamingResponse(gen, media_type="text/event-stream")
-        text, reason = "", None
-        # a non-streaming response writes nothing until the end, so nothing would notice a
-        # client that left: a task waits for the disconnect message and aborts the request
-        watcher = asyncio.create_task(abort_on_disconnect(request, worker, h))
+    async def run(request: Request, req, prompts: list[list[int]], max_tokens: int | None, chat_mode: bool):
+        """Fan the request out into n choices per prompt (choices.py) and answer for all."""
+        total = len(prompts) * req.n
+        if total > cfg.max_queue:
+            raise HTTPError(400, f"{len(prompts)} prompt(s) x n = {req.n} asks for {total} completions; "
+                                 f"this server queues at most {cfg.max_queue}", param="n")
+        params = [sampling(req, max_tokens, len(ids)) for ids in prompts]
+        key, echo_on = spec_key(req), getattr(req, "echo", False)
+        choices: list[Choice] = []
         try:
-            async for kind, val in events(request, worker, h, stream):
-                if kind == "text":
-                    text += val
-                else:
-                    reason = val
+            for i, ids in enumerate(prompts):
+                echo = models.tokenizer.decode(ids) if echo_on else ""
+                for j in range(req.n):
+                    h = submit(ids, replace(params[i], seed=choice_seed(req.seed, j)), key)
+                    choices.append(Choice(i * req.n + j, j == 0, h, TextStream(models.tokenizer, req.stop_list()),
+                                          echo))
+        except HTTPError:
+            for c in choices:
+                worker.abort(c.handle)
+            raise
+        cid, created = P.new_id("chatcmpl" if chat_mode else "cmpl"), P.now()
+        logprobs = params[0].logprobs is not None
+        if req.stream:
+            opts = req.stream_options or P.StreamOptions()
+            gen = sse(request, worker, choices, cid, created, cfg.model_name, chat_mode,
+                      opts.include_usage, logprobs)
+            return StreamingResponse(gen, media_type="text/event-stream")
+        # a non-streaming response writes nothing until the end, so nothing would notice a
+        # client that left: a task waits for the disconnect message and aborts the requests
+        watcher = asyncio.create_task(abort_on_disconnect(request, worker, [c.handle for c in choices]))
+        try:
+            results = await collect(request, worker, choices)
+        except* HTTPError as group:
+            raise group.exceptions[0]
         finally:
             watcher.cancel()
-        usage = usage_of(h, stream)
-        echo = models.tokenizer.decode(ids) if getattr(req, "echo", False) else ""
-        if chat_mode:
-            out = P.chat_response(cid, cfg.model_name, created, text, reason, usage)
-        else:
-            out = {**P.completion_chunk(cid, cfg.model_name, created, echo + text, reason), "usage": usage.model_dump()}
-        if params.logprobs is not None:     # the target's, read off the verify forwards
-            n = len(stream.ids)
-            out["choices"][0]["logprobs"] = P.logprobs_body(models.tokenizer, stream.ids, h.seq.logprobs[:n],
-                                                            chat_mode, offset=len(echo))
-        if req.return_token_ids:
-            out["choices"][0]["token_ids"] = list(stream.ids)
-        return out
+        out = []
+        for c, (text, reason) in zip(choices, results):
+            body = P.choice(c.index, chat_mode, c.echo + text, reason)
+            if logprobs:     # the target's, read off the verify forwards
+                body["logprobs"] = logprobs_since(c, chat_mode)
+            if req.return_token_ids:
+                body["token_ids"] = list(c.stream.ids)
+            out.append(body)
+        return P.response(cid, cfg.model_name, created, chat_mode, out, usage(choices))
 
     @app.post("/v1/completions")
     async def completions(request: Request):
         req = await parse(request, P.CompletionRequest)
         prompt = req.prompt
-        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-            if len(prompt) != 1:
-                raise HTTPError(400, "batched prompts are not supported; send one prompt per request",
-                                param="prompt")
-            prompt = prompt[0]
-        if isinstance(prompt, str) and not prompt:
+        if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+            prompt = [prompt]                  # one prompt; else a batch (strings or id lists)
+        if any(isinstance(p, str) and not p for p in prompt):
             raise HTTPError(400, "empty prompt", param="prompt")
-        # tokenizing a long prompt runs off the event loop, so other streams keep flowing
-        ids = await asyncio.to_thread(models.tokenizer.encode, prompt) if isinstance(prompt, str) \
-            else list(prompt)
+        # tokenizing long prompts runs off the event loop, so other streams keep flowing
+        ids = await asyncio.to_thread(lambda: [models.tokenizer.encode(p) if isinstance(p, str) else list(p)
+                                               for p in prompt])
         return await run(request, req, ids, 16 if req.max_tokens is None else req.max_tokens, False)
 
     @app.post("/v1/chat/completions")
@@ -283,7 +287,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             ids = await asyncio.to_thread(chat.encode, [(m.role, m.text()) for m in req.messages])
         except PromptError as e:
             raise HTTPError(400, str(e), param="messages")
-        return await run(request, req, ids, req.max_completion_tokens or req.max_tokens, True)
+        return await run(request, req, [ids], req.max_completion_tokens or req.max_tokens, True)
 
     return app
 

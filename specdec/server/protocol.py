@@ -199,28 +199,33 @@ def error_body(message: str, type_: str = "invalid_request_error", param: str | 
 
 
 def completion_chunk(cid: str, model: str, created: int, text: str, finish: str | None,
-                     usage: Usage | None = None) -> dict:
+                     usage: Usage | None = None, index: int = 0) -> dict:
     out = {"id": cid, "object": "text_completion", "created": created, "model": model,
-           "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+           "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
     if usage is not None:
         out["usage"] = usage.model_dump()
     return out
 
 
 def chat_chunk(cid: str, model: str, created: int, delta: dict, finish: str | None,
-               usage: Usage | None = None) -> dict:
+               usage: Usage | None = None, index: int = 0) -> dict:
     out = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-           "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+           "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
     if usage is not None:
         out["usage"] = usage.model_dump()
     return out
 
 
-def chat_response(cid: str, model: str, created: int, text: str, finish: str | None, usage: Usage) -> dict:
-    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "logprobs": None, "finish_reason": finish}],
-            "usage": usage.model_dump()}
+def response(cid: str, model: str, created: int, chat_mode: bool, choices: list[dict], usage: Usage) -> dict:
+    """A whole (non-streaming) chat.completion or text_completion body."""
+    return {"id": cid, "object": "chat.completion" if chat_mode else "text_completion", "created": created,
+            "model": model, "choices": choices, "usage": usage.model_dump()}
+
+
+def choice(index: int, chat_mode: bool, text: str, finish: str | None) -> dict:
+    """One choice of a whole response: a chat message or a completion's text."""
+    body = {"message": {"role": "assistant", "content": text}} if chat_mode else {"text": text}
+    return {"index": index, **body, "logprobs": None, "finish_reason": finish}
 
 
 def logprobs_body(tokenizer, ids: list[int], records: list, chat_mode: bool, offset: int = 0) -> dict:
