@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 
 from . import protocol as P
-from .events import HTTPError, events
+from .events import HTTPError, abort_on_disconnect, events
 from .handle import Handle
 from .text import TextStream
 from .worker import Worker
@@ -140,15 +140,23 @@ async def sse(request, worker: Worker, choices: list[Choice], cid: str, created:
             yield data(c, {"role": "assistant", "content": ""})
         elif c.echo:
             yield data(c, c.echo)
-    async for c, kind, val in merged(request, worker, choices):
-        if kind == "error":
-            yield f"data: {json.dumps(P.error_body(val.message, val.type, val.param, val.status))}\n\n"
-            break
-        if kind == "text":
-            yield data(c, {"content": val} if chat_mode else val, None,
-                       logprobs_since(c, chat_mode) if logprobs else None)
-        else:
-            yield data(c, {} if chat_mode else "", val)
+    # the server may not close this generator when its client leaves (it can just drop it):
+    # a task of its own hears the disconnect and aborts every choice at once
+    watcher = asyncio.create_task(abort_on_disconnect(request, worker, [c.handle for c in choices]))
+    source = merged(request, worker, choices)
+    try:
+        async for c, kind, val in source:
+            if kind == "error":
+                yield f"data: {json.dumps(P.error_body(val.message, val.type, val.param, val.status))}\n\n"
+                break
+            if kind == "text":
+                yield data(c, {"content": val} if chat_mode else val, None,
+                           logprobs_since(c, chat_mode) if logprobs else None)
+            else:
+                yield data(c, {} if chat_mode else "", val)
+    finally:      # closed at once (a client that left aborts every choice now, not at collection)
+        watcher.cancel()
+        await source.aclose()
     if include_usage:
         chunk = (P.chat_chunk if chat_mode else P.completion_chunk)(cid, model, created, "", None, usage(choices))
         chunk["choices"] = []
