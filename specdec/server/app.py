@@ -57,7 +57,7 @@ def _err(status: int, message: str, type_: str = "invalid_request_error", param=
 def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     mml = min(cfg.max_model_len or models.target.config.max_position_embeddings,
               models.target.config.max_position_embeddings)
-    metrics = ServerMetrics()
+    metrics = ServerMetrics(model_name=cfg.model_name)
     worker = Worker(models, cfg.spec, EngineConfig(max_batch=cfg.max_batch, max_model_len=mml),
                     max_queue=cfg.max_queue, request_timeout=cfg.request_timeout, metrics=metrics,
                     max_engines=cfg.max_engines)
@@ -243,7 +243,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         if req.stream:
             opts = req.stream_options or P.StreamOptions()
             gen = sse(request, worker, choices, cid, created, cfg.model_name, chat_mode,
-                      opts.include_usage, logprobs)
+                      opts.include_usage, logprobs, opts.continuous_usage_stats)
             return StreamingResponse(gen, media_type="text/event-stream")
         # a non-streaming response writes nothing until the end, so nothing would notice a
         # client that left: a task waits for the disconnect message and aborts the requests

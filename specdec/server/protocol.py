@@ -35,7 +35,8 @@ class SpeculativeOptions(_Req):
 
 
 class StreamOptions(_Req):
-    include_usage: StrictBool = False
+    include_usage: StrictBool = False              # a last chunk with the whole request's usage
+    continuous_usage_stats: StrictBool = False     # vLLM's: every chunk carries its choice's usage
 
 
 # Parameters that would change the output and that specdec does not implement: a request

@@ -90,3 +90,24 @@ def test_the_openai_client_reads_n_choices(server):
     client = openai.OpenAI(base_url=server[0] + "/v1", api_key="x", http_client=httpx.Client())
     out = client.completions.create(model="tiny", prompt=PROMPTS, n=2, max_tokens=3, temperature=0)
     assert [c.index for c in out.choices] == [0, 1, 2, 3] and out.usage.completion_tokens <= 12
+
+
+def test_continuous_usage_stats_puts_usage_on_every_chunk(server):
+    url = server[0]
+    chunks = streamed(url, prompt=PROMPTS, n=2, temperature=0, max_tokens=6,
+                      stream_options={"continuous_usage_stats": True, "include_usage": True})
+    per_choice = {}
+    for ch in chunks[:-1]:
+        (c,) = ch["choices"]
+        u = ch["usage"]
+        assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+        seen = per_choice.setdefault(c["index"], [])
+        assert not seen or u["completion_tokens"] >= seen[-1]        # a running count per choice
+        seen.append(u["completion_tokens"])
+    assert sorted(per_choice) == [0, 1, 2, 3] and all(v[-1] == 6 for v in per_choice.values())
+    assert chunks[-1]["usage"]["completion_tokens"] == 24                # the summed last chunk
+    plain = streamed(url, prompt=PROMPTS[0], temperature=0, max_tokens=6)
+    assert all("usage" not in ch for ch in plain)                       # off unless asked
+    chat = streamed(url, "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                    stream_options={"continuous_usage_stats": True})
+    assert all(ch["usage"]["prompt_tokens"] > 0 for ch in chat)
