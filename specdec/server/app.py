@@ -48,6 +48,7 @@ class ServerConfig:
     # or their ids as JSON); 8 MiB leaves room for long chat histories and refuses bodies
     # whose parsing and tokenizing alone would hold the server for seconds.
     max_request_bytes: int = 8 * 2 ** 20
+    chat_template: str | None = None          # Jinja source; overrides the checkpoint's
 
 
 def _err(status: int, message: str, type_: str = "invalid_request_error", param=None) -> JSONResponse:
@@ -61,7 +62,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     worker = Worker(models, cfg.spec, EngineConfig(max_batch=cfg.max_batch, max_model_len=mml),
                     max_queue=cfg.max_queue, request_timeout=cfg.request_timeout, metrics=metrics,
                     max_engines=cfg.max_engines)
-    chat = ChatFormatter(models.tokenizer, models.target_path)
+    chat = ChatFormatter(models.tokenizer, models.target_path, cfg.chat_template)
 
     @asynccontextmanager
     async def lifespan(app):
