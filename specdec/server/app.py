@@ -193,7 +193,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         opts = req.speculative or P.SpeculativeOptions()
         method = opts.method or cfg.spec.method
         k = cfg.spec.k if opts.k is None else opts.k
-        if opts.k is None and k == 0 and method != "none":   # speculation asked for, k left open
+        if opts.method is not None and opts.k is None and k == 0 and method != "none":   # asked, k left open
             k = "auto"
         if method == "none" or k == 0:
             return ("none", 0)
