@@ -239,8 +239,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             for c in choices:
                 worker.abort(c.handle)
             raise
-        cid, created = P.new_id("chatcmpl" if chat_mode else "cmpl"), P.now()
-        logprobs = params[0].logprobs is not None
+        cid, created, logprobs = P.new_id("chatcmpl" if chat_mode else "cmpl"), P.now(), params[0].logprobs is not None
         if req.stream:
             opts = req.stream_options or P.StreamOptions()
             gen = sse(request, worker, choices, cid, created, cfg.model_name, chat_mode,
