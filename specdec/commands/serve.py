@@ -37,6 +37,9 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--chat-template", type=Path, metavar="FILE",
+                   help="a Jinja chat template for /v1/chat/completions, overriding the checkpoint's "
+                        "tokenizer_config.json `chat_template`")
     p.add_argument("--allow-request-speculation", action=argparse.BooleanOptionalAction, default=True,
                    help="honour a request's `speculative` field (default: yes; each new (method, k) "
                         "builds an engine of its own)")
@@ -58,6 +61,7 @@ def run(args) -> int:
     for name in ("max_batch", "max_queue"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    template = _read_template(args.chat_template) if args.chat_template else None
     target = args.target or default_target()
     draft = args.draft if args.draft or args.target else default_draft()
     if args.method not in (None, "draft") and args.draft is None:
@@ -68,7 +72,7 @@ def run(args) -> int:
                        max_model_len=args.max_model_len, api_key=args.api_key,
                        request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes,
                        model_name=args.served_model_name or Path(target).resolve().name,
-                       allow_request_speculation=args.allow_request_speculation)
+                       allow_request_speculation=args.allow_request_speculation, chat_template=template)
     app = create_app(models, cfg)
     # SIGTERM/SIGINT: stop accepting, let open requests finish (bounded by
     # timeout_graceful_shutdown), run the lifespan shutdown (stops the engine thread), exit 0.
@@ -76,6 +80,17 @@ def run(args) -> int:
                                     timeout_graceful_shutdown=args.shutdown_timeout))
     server.run()
     return 0
+
+
+def _read_template(path: Path) -> str:
+    """The template file's text, compiled once here so that a bad file stops the start."""
+    from ..server.text import compile_template
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--chat-template {path}: cannot read it ({e})") from e
+    compile_template(source, f"--chat-template {path}")
+    return source
 
 
 def _graceful_server(config):

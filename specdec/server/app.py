@@ -12,7 +12,7 @@ import asyncio
 import hmac
 import json
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -21,12 +21,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..build import Models
+from ..engine.validation import check_params
 from ..errors import ConfigError, PromptError
 from ..proposers import available as available_methods
 from . import protocol as P
 from .metrics import ServerMetrics
-from .events import HTTPError, abort_on_disconnect, events, sse
-from .events import usage as usage_of
+from .choices import Choice, choice_seed, collect, logprobs_since, sse, usage
+from .events import HTTPError, abort_on_disconnect
 from .text import ChatFormatter, TextStream
 from .handle import Handle, QueueFull, ShuttingDown
 from .worker import Worker
@@ -47,6 +48,7 @@ class ServerConfig:
     # or their ids as JSON); 8 MiB leaves room for long chat histories and refuses bodies
     # whose parsing and tokenizing alone would hold the server for seconds.
     max_request_bytes: int = 8 * 2 ** 20
+    chat_template: str | None = None          # Jinja source; overrides the checkpoint's
 
 
 def _err(status: int, message: str, type_: str = "invalid_request_error", param=None) -> JSONResponse:
@@ -56,11 +58,11 @@ def _err(status: int, message: str, type_: str = "invalid_request_error", param=
 def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     mml = min(cfg.max_model_len or models.target.config.max_position_embeddings,
               models.target.config.max_position_embeddings)
-    metrics = ServerMetrics()
+    metrics = ServerMetrics(model_name=cfg.model_name)
     worker = Worker(models, cfg.spec, EngineConfig(max_batch=cfg.max_batch, max_model_len=mml),
                     max_queue=cfg.max_queue, request_timeout=cfg.request_timeout, metrics=metrics,
                     max_engines=cfg.max_engines)
-    chat = ChatFormatter(models.tokenizer, models.target_path)
+    chat = ChatFormatter(models.tokenizer, models.target_path, cfg.chat_template)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -164,8 +166,6 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             return req
         if req.model is not None and req.model != cfg.model_name:
             raise HTTPError(404, f"the model `{req.model}` does not exist", "not_found_error", "model")
-        if req.n != 1:
-            raise HTTPError(400, "n > 1 is not supported; send one request per completion", param="n")
         name = P.unsupported_param(req)
         if name is not None:
             raise HTTPError(400, f"`{name}` is not supported by this server; leave it unset", param=name)
@@ -173,15 +173,18 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
 
     def sampling(req, max_tokens: int | None, prompt_len: int) -> SamplingParams:
         try:
-            return SamplingParams(temperature=float(1.0 if req.temperature is None else req.temperature),
-                                  logprobs=req.logprobs_asked(),
-                                  top_p=float(1.0 if req.top_p is None else req.top_p),
-                                  top_k=req.top_k or 0, seed=req.seed, ignore_eos=req.ignore_eos,
-                                  coupling=req.sampling_coupling,
-                                  max_new_tokens=max_tokens if max_tokens is not None
-                                  else max(1, mml - prompt_len))
-        except (ConfigError, ValueError) as e:
-            raise HTTPError(400, str(e))
+            params = SamplingParams(temperature=float(1.0 if req.temperature is None else req.temperature),
+                                    logprobs=req.logprobs_asked(),
+                                    top_p=float(1.0 if req.top_p is None else req.top_p),
+                                    top_k=req.top_k or 0, seed=req.seed, ignore_eos=req.ignore_eos,
+                                    coupling=req.sampling_coupling, **req.processing(),
+                                    max_new_tokens=max_tokens if max_tokens is not None
+                                    else max(1, mml - prompt_len))
+            check_params(params, models.target.config.vocab_size)
+            return params
+        except (ConfigError, PromptError, ValueError) as e:
+            first = str(e).split(" ")[0]       # the messages start with the field they are about
+            raise HTTPError(400, str(e), param=first if first in type(req).model_fields else None)
 
     def spec_key(req) -> tuple:
         if req.speculative is not None and not cfg.allow_request_speculation:
@@ -190,7 +193,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         opts = req.speculative or P.SpeculativeOptions()
         method = opts.method or cfg.spec.method
         k = cfg.spec.k if opts.k is None else opts.k
-        if opts.k is None and k == 0 and method != "none":   # speculation asked for, k left open
+        if opts.method is not None and opts.k is None and k == 0 and method != "none":   # asked, k left open
             k = "auto"
         if method == "none" or k == 0:
             return ("none", 0)
@@ -216,57 +219,62 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         except ShuttingDown as e:
             raise HTTPError(503, str(e), "service_unavailable")
 
-    async def run(request: Request, req, ids: list[int], max_tokens: int | None, chat_mode: bool):
-        params = sampling(req, max_tokens, len(ids))
-        h = submit(ids, params, spec_key(req))
-        cid, created = P.new_id("chatcmpl" if chat_mode else "cmpl"), P.now()
-        stream = TextStream(models.tokenizer, req.stop_list())
-        if req.stream:
-            echo = models.tokenizer.decode(ids) if getattr(req, "echo", False) else ""
-            gen = sse(request, worker, h, stream, cid, created, cfg.model_name, chat_mode,
-                      bool(req.stream_options and req.stream_options.include_usage), echo,
-                      params.logprobs is not None)
-            return StreamingResponse(gen, media_type="text/event-stream")
-        text, reason = "", None
-        # a non-streaming response writes nothing until the end, so nothing would notice a
-        # client that left: a task waits for the disconnect message and aborts the request
-        watcher = asyncio.create_task(abort_on_disconnect(request, worker, h))
+    async def run(request: Request, req, prompts: list[list[int]], max_tokens: int | None, chat_mode: bool):
+        """Fan the request out into n choices per prompt (choices.py) and answer for all."""
+        total = len(prompts) * req.n
+        if total > cfg.max_queue:
+            raise HTTPError(400, f"{len(prompts)} prompt(s) x n = {req.n} asks for {total} completions; "
+                                 f"this server queues at most {cfg.max_queue}", param="n")
+        params = [sampling(req, max_tokens, len(ids)) for ids in prompts]
+        key, echo_on = spec_key(req), getattr(req, "echo", False)
+        choices: list[Choice] = []
         try:
-            async for kind, val in events(request, worker, h, stream):
-                if kind == "text":
-                    text += val
-                else:
-                    reason = val
+            for i, ids in enumerate(prompts):
+                echo = models.tokenizer.decode(ids) if echo_on else ""
+                for j in range(req.n):
+                    h = submit(ids, replace(params[i], seed=choice_seed(req.seed, j)), key)
+                    choices.append(Choice(i * req.n + j, j == 0, h, TextStream(models.tokenizer, req.stop_list()),
+                                          echo))
+        except HTTPError:
+            for c in choices:
+                worker.abort(c.handle)
+            raise
+        cid, created, logprobs = P.new_id("chatcmpl" if chat_mode else "cmpl"), P.now(), params[0].logprobs is not None
+        if req.stream:
+            opts = req.stream_options or P.StreamOptions()
+            gen = sse(request, worker, choices, cid, created, cfg.model_name, chat_mode,
+                      opts.include_usage, logprobs, opts.continuous_usage_stats)
+            return StreamingResponse(gen, media_type="text/event-stream")
+        # a non-streaming response writes nothing until the end, so nothing would notice a
+        # client that left: a task waits for the disconnect message and aborts the requests
+        watcher = asyncio.create_task(abort_on_disconnect(request, worker, [c.handle for c in choices]))
+        try:
+            results = await collect(request, worker, choices)
+        except* HTTPError as group:
+            raise group.exceptions[0]
         finally:
             watcher.cancel()
-        usage = usage_of(h, stream)
-        echo = models.tokenizer.decode(ids) if getattr(req, "echo", False) else ""
-        if chat_mode:
-            out = P.chat_response(cid, cfg.model_name, created, text, reason, usage)
-        else:
-            out = {**P.completion_chunk(cid, cfg.model_name, created, echo + text, reason), "usage": usage.model_dump()}
-        if params.logprobs is not None:     # the target's, read off the verify forwards
-            n = len(stream.ids)
-            out["choices"][0]["logprobs"] = P.logprobs_body(models.tokenizer, stream.ids, h.seq.logprobs[:n],
-                                                            chat_mode, offset=len(echo))
-        if req.return_token_ids:
-            out["choices"][0]["token_ids"] = list(stream.ids)
-        return out
+        out = []
+        for c, (text, reason) in zip(choices, results):
+            body = P.choice(c.index, chat_mode, c.echo + text, reason)
+            if logprobs:     # the target's, read off the verify forwards
+                body["logprobs"] = logprobs_since(c, chat_mode)
+            if req.return_token_ids:
+                body["token_ids"] = list(c.stream.ids)
+            out.append(body)
+        return P.response(cid, cfg.model_name, created, chat_mode, out, usage(choices))
 
     @app.post("/v1/completions")
     async def completions(request: Request):
         req = await parse(request, P.CompletionRequest)
         prompt = req.prompt
-        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-            if len(prompt) != 1:
-                raise HTTPError(400, "batched prompts are not supported; send one prompt per request",
-                                param="prompt")
-            prompt = prompt[0]
-        if isinstance(prompt, str) and not prompt:
+        if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+            prompt = [prompt]                  # one prompt; else a batch (strings or id lists)
+        if any(isinstance(p, str) and not p for p in prompt):
             raise HTTPError(400, "empty prompt", param="prompt")
-        # tokenizing a long prompt runs off the event loop, so other streams keep flowing
-        ids = await asyncio.to_thread(models.tokenizer.encode, prompt) if isinstance(prompt, str) \
-            else list(prompt)
+        # tokenizing long prompts runs off the event loop, so other streams keep flowing
+        ids = await asyncio.to_thread(lambda: [models.tokenizer.encode(p) if isinstance(p, str) else list(p)
+                                               for p in prompt])
         return await run(request, req, ids, 16 if req.max_tokens is None else req.max_tokens, False)
 
     @app.post("/v1/chat/completions")
@@ -279,7 +287,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             ids = await asyncio.to_thread(chat.encode, [(m.role, m.text()) for m in req.messages])
         except PromptError as e:
             raise HTTPError(400, str(e), param="messages")
-        return await run(request, req, ids, req.max_completion_tokens or req.max_tokens, True)
+        return await run(request, req, [ids], req.max_completion_tokens or req.max_tokens, True)
 
     return app
 

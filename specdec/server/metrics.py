@@ -6,7 +6,9 @@ Counters (exposed with prometheus_client's `_total` suffix, exactly as vLLM expo
   vllm:prompt_tokens, vllm:generation_tokens, vllm:request_success{finished_reason}
 Histograms: vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
   vllm:e2e_request_latency_seconds
-Gauges: vllm:num_requests_running, vllm:num_requests_waiting
+Gauges: vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc (the
+  fraction of the target caches' rows x positions that hold tokens, read on each scrape)
+The histograms and gauges carry vLLM's `model_name` label; the counters carry none.
 
 The engine thread feeds counters from EngineMetrics deltas after each step, so the
 spec-decode counters keep vLLM's definitions (a draft = one round with >= 1 proposed token
@@ -26,7 +28,7 @@ _E2E = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0,
 
 
 class ServerMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None):
+    def __init__(self, registry: CollectorRegistry | None = None, model_name: str = "specdec"):
         self.registry = r = registry or CollectorRegistry()
         self.num_drafts = Counter("vllm:spec_decode_num_drafts", "Speculative rounds with >= 1 draft token",
                                   registry=r)
@@ -40,19 +42,25 @@ class ServerMetrics:
         self.generation_tokens = Counter("vllm:generation_tokens", "Tokens generated", registry=r)
         self.request_success = Counter("vllm:request_success", "Finished requests", ["finished_reason"],
                                        registry=r)
+        # the request metrics carry vLLM's `model_name` label (the served name)
+        label = dict(labelnames=["model_name"], registry=r)
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token", buckets=_LAT,
-                              registry=r)
+                              **label).labels(model_name)
         self.itl = Histogram("vllm:inter_token_latency_seconds",
                              "Gap between emissions / tokens emitted, observed once per token",
-                             buckets=_LAT, registry=r)
+                             buckets=_LAT, **label).labels(model_name)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency",
-                             buckets=_E2E, registry=r)
-        self.running = Gauge("vllm:num_requests_running", "Requests in a running batch", registry=r)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Requests queued for a batch", registry=r)
+                             buckets=_E2E, **label).labels(model_name)
+        self.running = Gauge("vllm:num_requests_running", "Requests in a running batch", **label).labels(model_name)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests queued for a batch", **label).labels(model_name)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "Fraction of the KV cache's rows x positions in use "
+                              "(1 = full), over every engine", **label).labels(model_name)
 
-    def bind_gauges(self, running: Callable[[], float], waiting: Callable[[], float]) -> None:
+    def bind_gauges(self, running: Callable[[], float], waiting: Callable[[], float],
+                    kv_usage: Callable[[], float]) -> None:
         self.running.set_function(running)
         self.waiting.set_function(waiting)
+        self.kv_usage.set_function(kv_usage)
 
     def add_engine_delta(self, now: EngineMetrics, before: dict) -> dict:
         """Increment counters by what `now` gained since the snapshot `before`; return the

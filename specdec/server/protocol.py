@@ -14,9 +14,10 @@ import time
 import uuid
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      field_validator)
 
-from ..config import MAX_LOGPROBS, SEED_MAX, SEED_MIN
+from ..config import LOGIT_BIAS_RANGE, MAX_LOGPROBS, PENALTY_RANGE, SEED_MAX, SEED_MIN
 
 Number = Union[StrictInt, StrictFloat]
 
@@ -34,18 +35,14 @@ class SpeculativeOptions(_Req):
 
 
 class StreamOptions(_Req):
-    include_usage: StrictBool = False
+    include_usage: StrictBool = False              # a last chunk with the whole request's usage
+    continuous_usage_stats: StrictBool = False     # vLLM's: every chunk carries its choice's usage
 
 
 # Parameters that would change the output and that specdec does not implement: a request
 # that sets one to anything but its no-op value gets a 400 naming it, never a silent 200.
 UNSUPPORTED = {
     "best_of": lambda v: v is None or v == 1,
-    "logit_bias": lambda v: v is None or v == {},
-    "frequency_penalty": lambda v: v is None or v == 0,
-    "presence_penalty": lambda v: v is None or v == 0,
-    "repetition_penalty": lambda v: v is None or v == 1,
-    "min_tokens": lambda v: v is None or v == 0,
     "suffix": lambda v: v is None or v == "",
     "tools": lambda v: v is None or v == [],
     "tool_choice": lambda v: v is None or v == "none",
@@ -75,16 +72,37 @@ class _Sampling(_Req):
     speculative: SpeculativeOptions | None = None
     # extension: "invariant" makes a seed's text independent of speculation (verify/coupling.py)
     sampling_coupling: Literal["standard", "invariant"] = "standard"
+    # logit processing, applied alike to the target's p and the draft's q (verify/processors.py)
+    logit_bias: dict[StrictStr, Number] | None = None      # OpenAI's: token id (a string) -> bias
+    frequency_penalty: Number | None = Field(default=None, ge=-PENALTY_RANGE, le=PENALTY_RANGE)
+    presence_penalty: Number | None = Field(default=None, ge=-PENALTY_RANGE, le=PENALTY_RANGE)
+    repetition_penalty: Number | None = Field(default=None, gt=0)
+    min_tokens: StrictInt | None = Field(default=None, ge=0)
     # declared so that they are refused, not ignored (UNSUPPORTED)
     best_of: Any = None
-    logit_bias: Any = None
-    frequency_penalty: Any = None
-    presence_penalty: Any = None
-    repetition_penalty: Any = None
-    min_tokens: Any = None
     tools: Any = None
     tool_choice: Any = None
     response_format: Any = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, v):
+        for key, bias in (v or {}).items():
+            if not key.isdecimal():
+                raise ValueError(f"keys are token ids written as strings, got {key!r}")
+            if not -LOGIT_BIAS_RANGE <= bias <= LOGIT_BIAS_RANGE:
+                raise ValueError(f"values must be in [-{LOGIT_BIAS_RANGE:g}, {LOGIT_BIAS_RANGE:g}], "
+                                 f"got {bias!r} for token {key}")
+        return v
+
+    def processing(self) -> dict:
+        """The logit-processing settings as SamplingParams keywords (unset ones left out)."""
+        out = {name: getattr(self, name) for name in
+               ("frequency_penalty", "presence_penalty", "repetition_penalty", "min_tokens")
+               if getattr(self, name) is not None}
+        if self.logit_bias:
+            out["logit_bias"] = {int(k): float(b) for k, b in self.logit_bias.items()}
+        return out
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -182,28 +200,33 @@ def error_body(message: str, type_: str = "invalid_request_error", param: str | 
 
 
 def completion_chunk(cid: str, model: str, created: int, text: str, finish: str | None,
-                     usage: Usage | None = None) -> dict:
+                     usage: Usage | None = None, index: int = 0) -> dict:
     out = {"id": cid, "object": "text_completion", "created": created, "model": model,
-           "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+           "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
     if usage is not None:
         out["usage"] = usage.model_dump()
     return out
 
 
 def chat_chunk(cid: str, model: str, created: int, delta: dict, finish: str | None,
-               usage: Usage | None = None) -> dict:
+               usage: Usage | None = None, index: int = 0) -> dict:
     out = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-           "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+           "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
     if usage is not None:
         out["usage"] = usage.model_dump()
     return out
 
 
-def chat_response(cid: str, model: str, created: int, text: str, finish: str | None, usage: Usage) -> dict:
-    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "logprobs": None, "finish_reason": finish}],
-            "usage": usage.model_dump()}
+def response(cid: str, model: str, created: int, chat_mode: bool, choices: list[dict], usage: Usage) -> dict:
+    """A whole (non-streaming) chat.completion or text_completion body."""
+    return {"id": cid, "object": "chat.completion" if chat_mode else "text_completion", "created": created,
+            "model": model, "choices": choices, "usage": usage.model_dump()}
+
+
+def choice(index: int, chat_mode: bool, text: str, finish: str | None) -> dict:
+    """One choice of a whole response: a chat message or a completion's text."""
+    body = {"message": {"role": "assistant", "content": text}} if chat_mode else {"text": text}
+    return {"index": index, **body, "logprobs": None, "finish_reason": finish}
 
 
 def logprobs_body(tokenizer, ids: list[int], records: list, chat_mode: bool, offset: int = 0) -> dict:

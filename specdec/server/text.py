@@ -1,7 +1,7 @@
 """Text around the token stream: chat templates and incremental detokenization with stop strings.
 
-Default chat template (used when the checkpoint's tokenizer_config.json has no
-`chat_template`): BOS, then for each message "<Role>: <content>\\n" (Role = System, User,
+Chat template: `specdec serve --chat-template FILE`, else the checkpoint's
+tokenizer_config.json `chat_template`, else the default: BOS, then for each message "<Role>: <content>\\n" (Role = System, User,
 Assistant, Tool or Developer), then "Assistant:" to prompt the reply.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import PromptError
+from ..errors import ConfigError, PromptError
 from ..models.tokenizer import Tokenizer
 
 
@@ -18,29 +18,44 @@ def default_chat_prompt(messages: list[tuple[str, str]]) -> str:
     return "".join(lines) + "Assistant:"
 
 
-class ChatFormatter:
-    """Renders messages to prompt ids with the checkpoint's Jinja template, or the default."""
+def compile_template(source: str, origin: str = "chat template"):
+    """A Jinja chat template, compiled in a sandbox; ConfigError (naming `origin` and the
+    line) when it does not parse."""
+    from jinja2 import TemplateSyntaxError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise
+    try:
+        return env.from_string(source)
+    except TemplateSyntaxError as e:
+        raise ConfigError(f"{origin}: not a valid Jinja template (line {e.lineno}: {e.message})") from e
 
-    def __init__(self, tokenizer: Tokenizer, checkpoint: Path | None):
+
+class ChatFormatter:
+    """Renders messages to prompt ids with a Jinja template (`template`, else the checkpoint's
+    tokenizer_config.json `chat_template`), or the default format."""
+
+    def __init__(self, tokenizer: Tokenizer, checkpoint: Path | None, template: str | None = None):
         self.tok = tokenizer
-        self.template = None
+        self.template, self.origin = None, "default"
         cfg_path = Path(checkpoint) / "tokenizer_config.json" if checkpoint else None
-        if cfg_path is not None and cfg_path.exists():
-            cfg = json.loads(cfg_path.read_text())
-            tmpl = cfg.get("chat_template")
-            if isinstance(tmpl, list):  # [{"name": "default", "template": ...}, ...]
-                tmpl = next((t.get("template") for t in tmpl if t.get("name") == "default"), None)
-            if tmpl:
-                from jinja2.sandbox import ImmutableSandboxedEnvironment
-                env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-                env.globals["raise_exception"] = _raise
-                self.template = env.from_string(tmpl)
-                self.bos_token = _token_str(cfg.get("bos_token"), "<s>")
-                self.eos_token = _token_str(cfg.get("eos_token"), "</s>")
+        cfg = json.loads(cfg_path.read_text()) if cfg_path is not None and cfg_path.exists() else {}
+        tmpl = cfg.get("chat_template")
+        if isinstance(tmpl, list):  # [{"name": "default", "template": ...}, ...]
+            tmpl = next((t.get("template") for t in tmpl if t.get("name") == "default"), None)
+        if template is not None:
+            tmpl, self.origin = template, "--chat-template"
+        elif tmpl:
+            self.origin = "checkpoint"
+        if tmpl:
+            self.template = compile_template(tmpl, self.origin)
+            self.bos_token = _token_str(cfg.get("bos_token"), "<s>")
+            self.eos_token = _token_str(cfg.get("eos_token"), "</s>")
 
     @property
     def kind(self) -> str:
-        return "checkpoint" if self.template is not None else "default"
+        """Where the template came from: "--chat-template", "checkpoint" or "default"."""
+        return self.origin
 
     def encode(self, messages: list[tuple[str, str]]) -> list[int]:
         if self.template is None:

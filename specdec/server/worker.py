@@ -36,7 +36,7 @@ class Worker:
         self.max_queue, self.request_timeout, self.max_engines = max_queue, request_timeout, max_engines
         self.max_model_len = min(config.max_model_len, models.target.config.max_position_embeddings)
         self.metrics = metrics or ServerMetrics()
-        self.metrics.bind_gauges(lambda: self.num_running, lambda: self.num_waiting)
+        self.metrics.bind_gauges(lambda: self.num_running, lambda: self.num_waiting, self.kv_cache_usage)
         self.engines: dict[SpecKey, Engine] = {}
         self._snaps: dict[SpecKey, dict] = {}
         self._active: dict[SpecKey, dict[int, Handle]] = {}   # key -> seq id -> handle
@@ -59,6 +59,13 @@ class Worker:
     @property
     def num_waiting(self) -> int:
         return self._queued
+
+    def kv_cache_usage(self) -> float:
+        """Fraction of the engines' target KV cache (rows x positions) holding tokens; read
+        from another thread, so it copies the engine list (a scrape is a snapshot)."""
+        caches = [e.cache for e in list(self.engines.values())]
+        size = sum(c.num_rows * c.max_len for c in caches)
+        return sum(sum(c.lengths) for c in caches) / size if size else 0.0
 
     def start(self) -> None:
         """Build the default speculative config's engine (an adaptive policy may measure its

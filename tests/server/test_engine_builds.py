@@ -68,3 +68,15 @@ def test_request_speculation_can_be_turned_off(tiny_models):
                                                       "speculative": {"method": "ngram"}})
         assert r.status_code == 400 and r.json()["error"]["param"] == "speculative"
         assert httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}).status_code == 200
+
+
+def test_a_plain_server_keeps_plain_requests_plain(tiny_models):
+    """`specdec serve --k 0` (method draft, k 0): a request without `speculative` decodes
+    plainly on the default engine; it used to be sent to a new k = "auto" engine."""
+    import httpx
+    from liveserver import live_server
+    from specdec.config import SpecConfig
+    with live_server(tiny_models, spec=SpecConfig(method="draft", k=0), model_name="tiny") as (url, app):
+        r = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 4, "ignore_eos": True}, timeout=30)
+        assert r.status_code == 200 and r.json()["usage"]["draft_tokens"] == 0
+        assert list(app.state.worker.engines) == [("none", 0)]
