@@ -103,5 +103,5 @@ def test_a_built_wheel_works_from_a_fresh_venv_outside_the_checkout(tmp_path):
             cwd=outside, **ONE_THREAD)
     assert r.stdout.strip() and "mean_acceptance_length" in r.stderr
     api = ("from specdec import LLM, SamplingParams; "
-           "print(LLM().generate(['def f(x):'], SamplingParams(max_new_tokens=8))[0].text)")
+           "print(LLM(max_batch=1).generate(['def f(x):'], SamplingParams(max_new_tokens=8))[0].text)")
     assert run([str(py), "-c", api], cwd=outside, **ONE_THREAD).stdout.strip()

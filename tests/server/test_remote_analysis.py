@@ -30,7 +30,7 @@ def test_analyze_endpoint_on_live_server(server, tmp_path, capsys):
     assert "| k=2 | code |" in out.err
     cfg = json.loads(out.out.strip().splitlines()[-1])
     rec = payload["recommendation"]
-    if rec is None:
+    if rec is None or rec["k"] is None:     # no configuration beat plain decoding: "null"
         assert cfg is None
     else:
         assert cfg["method"] == "draft_model" and cfg["num_speculative_tokens"] == rec["k"] >= 1
