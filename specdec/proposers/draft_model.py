@@ -52,11 +52,10 @@ class DraftModelProposer(Proposer):
         positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
         pos = start + last + 1                                          # (B,) where draft 1 feeds
         s = context.sampling
-        native_one = getattr(self.model, "native", None)
-        native = native_one if k > 1 else None
+        native = getattr(self.model, "native", None)
         # On the compiled decoder, drafts 1..k-1 come from one C call (no Python between the
         # draft's steps) for greedy batches and for sampled batches with temperature only.
-        if native is not None and s.all_argmax and not s.any_coupled and not s.processed:
+        if native is not None and k > 1 and s.all_argmax and not s.any_coupled and not s.processed:
             best = torch.empty(B, T, dtype=torch.long)                                  # (B, T)
             self.model(tokens, positions, self.cache, num_layers=self.num_layers, argmax_out=best)
             self._advance([len(f) for f in feeds])
@@ -64,10 +63,10 @@ class DraftModelProposer(Proposer):
             rest = native.draft_argmax(first_tok[:, 0], pos, k - 1, self.cache, self.num_layers)
             self._advance([k - 1] * B)
             return Draft(tokens=torch.cat([first_tok, rest], 1), probs=None)
-        if native_one is not None and s.temperature_only and T == 1:
+        if native is not None and s.temperature_only and T == 1:
             # one token to feed per row: all k draft steps, the first included, in one C call
             u = s.uniforms(k)                                                          # (B, k)
-            out, q = native_one.draft_sample(tokens[:, 0], start, k, self.cache, s.temperature, u,
+            out, q = native.draft_sample(tokens[:, 0], start, k, self.cache, s.temperature, u,
                                              self.num_layers)                          # (B, k), (B, k, V)
             self._advance([k] * B)
             return Draft(tokens=out, probs=q)
@@ -75,7 +74,7 @@ class DraftModelProposer(Proposer):
         logits = logits.gather(1, last[:, None, None].expand(B, 1, logits.shape[-1]))    # (B, 1, V)
         self._advance([len(f) for f in feeds])
         u = None if s.all_argmax else s.uniforms(k)                                    # (B, k)
-        if native is not None and s.temperature_only:
+        if native is not None and k > 1 and s.temperature_only:
             q = s.probs(logits)                                                        # (B, 1, V)
             first_tok = sample(q[:, 0], u[:, 0])                                       # (B,)
             rest, q_rest = native.draft_sample(first_tok, pos, k - 1, self.cache, s.temperature,

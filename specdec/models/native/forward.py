@@ -84,6 +84,7 @@ class NativeForward:
             setattr(self.struct, name, ctypes.cast(self._arrays[name], _PP))
         self._rope(c.max_position_embeddings)
         self._scratch = torch.empty(0)
+        self._verify_scratch = torch.empty(0)       # verify_sample's p rows, grown as needed
         self._scratch_need: dict[tuple, int] = {}           # (rows, max_len, threads) -> floats
         self._lock = threading.Lock()   # the scratch buffer is shared: one forward at a time
 
@@ -201,12 +202,15 @@ class NativeForward:
         nd = torch.tensor(num_draft, dtype=torch.long)
         n_acc, nxt = torch.empty(B, dtype=torch.long), torch.empty(B, dtype=torch.long)
         beta = torch.empty(B, T - 1) if want_beta and T > 1 else None
-        scratch = torch.empty(B, T + 1, V)
-        self.lib.sd_verify_sample(
-            _P(logits.data_ptr()), B, T, V, _P(temperature.data_ptr()), _P(drafts.data_ptr()),
-            _P(q.data_ptr()) if q is not None else None, _P(nd.data_ptr()), _P(uniforms.data_ptr()),
-            _P(n_acc.data_ptr()), _P(nxt.data_ptr()), _P(beta.data_ptr()) if beta is not None else None,
-            _P(scratch.data_ptr()), torch.get_num_threads())
+        with self._lock:                                 # the scratch is shared, as the forward's
+            if self._verify_scratch.numel() < B * (T + 1) * V:                         # (B, T+1, V)
+                self._verify_scratch = torch.empty(B * (T + 1) * V)
+            scratch = self._verify_scratch
+            self.lib.sd_verify_sample(
+                _P(logits.data_ptr()), B, T, V, _P(temperature.data_ptr()), _P(drafts.data_ptr()),
+                _P(q.data_ptr()) if q is not None else None, _P(nd.data_ptr()), _P(uniforms.data_ptr()),
+                _P(n_acc.data_ptr()), _P(nxt.data_ptr()), _P(beta.data_ptr()) if beta is not None else None,
+                _P(scratch.data_ptr()), torch.get_num_threads())
         return n_acc.tolist(), nxt.tolist(), beta.tolist() if beta is not None else None
 
     def _prepare(self, rows: int, cache: KVCache, threads: int) -> ctypes.c_void_p:

@@ -172,6 +172,12 @@ DEFINE_TILE(3, 1, 4, 0) DEFINE_TILE(3, 1, 2, 1) DEFINE_TILE(4, 1, 2, 1) DEFINE_T
                                                                            : tile_6x1x2(__VA_ARGS__))
 #endif
 
+/* rows in the next tile when `left` rows remain: equal tiles of at most TMP */
+static inline int tile_rows(int left) {
+    int tiles = (left + TMP - 1) / TMP;
+    return (left + tiles - 1) / tiles;
+}
+
 /* y (M, N) [+]= x (M, K) @ W^T (+ b), W packed by sd_pack. Called by every thread of the
  * team; splits the panels between them. */
 static void linear(const float *x, int M, int K, const float *P, const float *bias, int N,
@@ -197,14 +203,12 @@ static void linear(const float *x, int M, int K, const float *P, const float *bi
             /* rows split into equal tiles (9 = 5 + 4, not 6 + 3): the longest tile sets the
              * time; Q passes over the panel in all share the prefetch of the next one */
             for (int m = m0, mt; m < m1; m += mt) {
-                int left = m1 - m, tiles = (left + TMP - 1) / TMP;
-                mt = (left + tiles - 1) / tiles;
+                mt = tile_rows(m1 - m);
                 Q += PASSES(mt);
             }
             int pf = nb + 1 == npanels ? PF_NONE : Q == 1 ? PF_AHEAD : Q < 4 ? PF_HALF : PF_QUARTER;
             for (int m = m0, mt; m < m1; m += mt) {
-                int left = m1 - m, tiles = (left + TMP - 1) / TMP;
-                mt = (left + tiles - 1) / tiles;
+                mt = tile_rows(m1 - m);
                 const float *xm = x + (size_t)m * K;
                 float *ym = y + (size_t)m * N + n0;
                 switch (mt) {
