@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..build import make_engine
 from ..adaptive.calibrate import round_timer
 from .costs import load_costs
+from .machine_load import busy_cores, busy_warning, free_threads, load_average
 from .measure import Plan, plan_cells, run_plan
 from .regimes import HARD, PREDICTABLE
 from .report import write_report
@@ -62,13 +63,21 @@ class Progress:
 
 def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, method: str, out: Path,
             bars: Progress, full: bool = False, quick: bool = False, device: str = "cpu",
-            remeasure: bool = True) -> dict[str, Path]:
+            remeasure: bool = True, threads_fixed: bool = False) -> dict[str, Path]:
     """Run the whole analysis with settings `s` (k, batch_sizes, temperatures, repeats,
-    max_new_tokens, prompt_tokens) and write the report into `out`. Returns the paths."""
-    t_start, load_start = time.perf_counter(), _load()
-    busy = busy_warning(load_start, os.cpu_count())
+    max_new_tokens, prompt_tokens) and write the report into `out`. Returns the paths.
+    Unless `threads_fixed` (the user chose them), a CPU analysis uses only the threads that
+    the cores other processes hold leave free (machine_load.py)."""
+    t_start, load_start = time.perf_counter(), load_average()
+    cpus, in_use = os.cpu_count(), busy_cores()
+    busy = busy_warning(max(load_start or 0.0, in_use or 0.0), cpus)
     if busy:
         bars.warn(busy)
+    threads = torch.get_num_threads()
+    if device == "cpu" and not threads_fixed and free_threads(in_use, cpus, threads) < threads:
+        torch.set_num_threads(free_threads(in_use, cpus, threads))
+        bars.warn(f"running on {torch.get_num_threads()} of {threads} threads: other processes hold "
+                  f"{in_use:.1f} of {cpus} cores (--threads sets it)")
     limit = models.target.config.max_position_embeddings - s["max_new_tokens"] - 8
     prompts = {w: [p for p in ps if len(p) <= limit] for w, ps in prompts.items()}
     if not all(prompts.values()):
@@ -89,7 +98,8 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
     costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=q_max,
                        context=s["prompt_tokens"] + s["max_new_tokens"] // 2,
                        remeasure=remeasure, round_timer=timer, modes=modes,
-                       on_progress=lambda f: bars.update(task, completed=100 * f))
+                       on_progress=lambda f: bars.update(task, completed=100 * f),
+                       longest=max(len(p) for ps in prompts.values() for p in ps) + s["max_new_tokens"])
     del probe
     bars.update(task, completed=100)
 
@@ -111,7 +121,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
             "torch": torch.__version__, "costs_remeasured": remeasure,
             "machine": platform.processor() or platform.machine(),
             "wall_s": time.perf_counter() - t_start, "cpus": os.cpu_count(),
-            "load_average": [load_start, _load()], "busy_warning": busy,
+            "load_average": [load_start, load_average()], "cores_in_use": in_use, "busy_warning": busy,
             **ran}
     summary["cost_model_table"] = costs.raw
     # after the measurements and their wall time: illustrations, neither timed nor summarised
@@ -119,23 +129,3 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
     paths = write_report(out, summary, costs, meta)
     bars.update(task, advance=1)
     return paths
-
-
-BUSY = 0.5     # load per CPU above which the machine is busy: half the cores taken before we start
-
-
-def busy_warning(load: float | None, cpus: int | None) -> str:
-    """A warning line when the 1-minute load average, taken before the analysis starts,
-    says other processes hold the cores (load > BUSY per CPU); "" otherwise."""
-    if load is None or not cpus or load <= BUSY * cpus:
-        return ""
-    return (f"warning: the machine is busy (load average {load:.1f} on {cpus} CPUs before the analysis "
-            "started): timings will be noisy; cells whose interval stays wide are marked uncertain")
-
-
-def _load() -> float | None:
-    """The 1-minute load average (None where the OS does not report one)."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None

@@ -121,7 +121,8 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
         described = (f"the draft model `{models.draft_path.name}`" if spec.method == "draft" and models.draft_path
                      else f"method `{spec.method}`")
         paths = run_session(models, encoded, spec_for_k, s, described, folder, bars, full=grid == "full",
-                            quick=quick, device=device, remeasure=not cached_costs)
+                            quick=quick, device=device, remeasure=not cached_costs,
+                            threads_fixed=threads is not None)
     result = Analysis.load(paths["json"])
     return Analysis(**{**{f.name: getattr(result, f.name) for f in fields(result)}, "paths": dict(paths)})
 

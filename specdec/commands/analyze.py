@@ -105,6 +105,6 @@ def run(args) -> int:
                   else f"method `{spec.method}`")
         paths = analyze(models, prompts, spec_for_k, s, method, args.out, bars,
                         full=args.grid == "full", quick=args.quick, device=args.device,
-                        remeasure=not args.cached_costs)
+                        remeasure=not args.cached_costs, threads_fixed=args.threads is not None)
     print(f"wrote {paths['html']}, {paths['md']} and {paths['json']}")
     return 0

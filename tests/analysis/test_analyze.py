@@ -3,6 +3,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -127,9 +128,41 @@ def test_busy_machine_warning(run_dir):
 
 
 def test_busy_warning_at_start_from_the_load_average():
-    from specdec.analysis.session import busy_warning
+    from specdec.analysis.machine_load import busy_warning
     assert busy_warning(None, 2) == "" and busy_warning(0.3, 2) == "" and busy_warning(1.0, 2) == ""
-    assert "busy" in busy_warning(1.2, 2) and "1.2 on 2 CPUs" in busy_warning(1.2, 2)
+    assert "busy" in busy_warning(1.2, 2) and "1.2 of 2 CPUs" in busy_warning(1.2, 2)
+
+
+def test_threads_leave_the_cores_other_processes_hold():
+    from specdec.analysis.machine_load import free_threads
+    assert free_threads(None, 2, 2) == 2                  # nothing known: torch's choice
+    assert free_threads(0.3, 2, 2) == 2                   # background noise takes no core
+    assert free_threads(1.0, 2, 2) == 1 and free_threads(0.9, 2, 2) == 1     # a busy loop
+    assert free_threads(2.0, 2, 2) == 1                   # never fewer than one
+    assert free_threads(1.0, 16, 4) == 4                  # room to spare: unchanged
+
+
+def test_a_busy_loop_shows_in_the_direct_sample():
+    import multiprocessing as mp
+    from specdec.analysis.machine_load import busy_cores
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    proc = ctx.Process(target=_spin, args=(stop,))
+    proc.start()
+    try:
+        time.sleep(0.3)
+        seen = busy_cores(0.5)
+    finally:
+        stop.set()
+        proc.join(5)
+    if seen is None:
+        pytest.skip("no CPU accounting on this OS")
+    assert seen >= 0.7                                    # the spinning process holds a core
+
+
+def _spin(stop):
+    while not stop.is_set():
+        pass
 
 
 def test_lockstep_runs_decode_every_spec_on_the_same_prompts(tiny_target, tiny_draft):

@@ -141,3 +141,19 @@ def test_regime_rule_ties_and_fallbacks():
     rows = regimes(mine, 0.0)
     assert [r["regime"] for r in rows] == ["heavy batching"] and rows[0]["cell"]["batch"] == 8
     assert headline(mine, 0.0)["k"] == 4
+
+
+def test_round_rows_are_priced_at_the_median_of_separate_timings():
+    from specdec.analysis.costs import ROUND_REPEATS, median_timer
+    # the second call's k = 0 reference was caught in a slow spell (its rounds look cheap
+    # relative to it); the median of three calls ignores it
+    calls = iter([{0: (3.0, 100), 6: (6.6, 110)}, {0: (3.9, 100), 6: (6.7, 110)}, {0: (3.1, 100), 6: (6.5, 112)}])
+    seen = []
+
+    def timer(key, b, ks, sampled):
+        seen.append((key, b, tuple(ks), sampled))
+        return next(calls)
+    got = median_timer(timer, repeats=3)("draft", 1, [0, 6], False)
+    assert got == {0: (3.1, 100), 6: (6.6, 110)}
+    assert seen == [("draft", 1, (0, 6), False)] * 3
+    assert ROUND_REPEATS >= 3                     # a median needs three to drop one bad window
