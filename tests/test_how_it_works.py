@@ -41,3 +41,17 @@ def test_worked_example_is_the_stored_trace():
                 assert f"`{d['text']!r}` | {d['q']:.{4 if d['q'] < 0.01 else 3}f}" in DOC
     first = trace["rounds"][0]
     assert f"`{first['next']['text']!r}` ({first['next']['prob']:.3f})" in DOC
+
+
+def test_regime_rows_quote_the_stored_analysis():
+    res = json.loads((ROOT / "benchmarks" / "results" / "analyze" / "quick-6" / "results.json").read_text())
+    spec_doc = (ROOT / "docs" / "speculation.md").read_text()
+    assert len(res["regimes"]) == 3
+    for r in res["regimes"]:
+        c = r["cell"]
+        cell = f"`{c['workload']}`, b={c['batch']}, T={c['temperature']:g}, k={c['k']}"
+        figures = f"{c['alpha']:.2f} | {c['tokens_per_step']:.2f} | {c['speedup']:.2f}×"
+        for doc in (DOC, spec_doc):
+            row = next((line for line in doc.splitlines() if cell in line), "")
+            assert figures in row and f"{c['pred']:.2f}×" in row, (cell, row)
+    assert f"Median absolute error over {res['errors']['cells']} cells: {res['errors']['median_abs_err']:.0%}" in spec_doc

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..config import K_MAX
 from ..errors import ConfigError
 
-# about 4 minutes on a 2-core machine with the bundled models. Cells whose interval is
+# about 5 minutes on a 2-core machine with the bundled models. Cells whose interval is
 # still wider than +-10% get extra groups (analysis/extend.py) for at most extend_s seconds,
 # or, when that is None, extend_share of the time the planned groups took (a tiny grid gets
 # a tiny budget): quick, whose decoding is about a quarter of its run, adds about an eighth

@@ -1,6 +1,6 @@
 """`specdec.analyze`: the `specdec analyze` session from Python, its results as a dataclass.
 
-    result = specdec.analyze(quick=True)            # the bundled pair, about 3 minutes
+    result = specdec.analyze(quick=True)            # the bundled pair, about 5 minutes
     print(result.verdict)
     for cell in result.cells: ...                   # the same data as results.json
 
