@@ -78,54 +78,58 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
         torch.set_num_threads(free_threads(in_use, cpus, threads))
         bars.warn(f"running on {torch.get_num_threads()} of {threads} threads: other processes hold "
                   f"{in_use:.1f} of {cpus} cores (--threads sets it)")
-    limit = models.target.config.max_position_embeddings - s["max_new_tokens"] - 8
-    prompts = {w: [p for p in ps if len(p) <= limit] for w, ps in prompts.items()}
-    if not all(prompts.values()):
-        empty = [w for w, ps in prompts.items() if not ps]
-        raise ConfigError(f"no prompt of {', '.join(empty)} fits the context ({limit} prompt tokens "
-                          f"+ {s['max_new_tokens']} new)")
-    names = list(prompts)
-    # long-code decodes at the full context: batch 1 only (a batch of such prompts is minutes)
-    sweep = ([w for w in names if w == PREDICTABLE] or names[:1]) if quick else [w for w in names if w != HARD]
-    cells = plan_cells(names, s["k"], s["batch_sizes"], s["temperatures"], full=full, sweep_workloads=sweep)
-    plan = Plan(cells, prompts, groups=s["repeats"], max_new_tokens=s["max_new_tokens"])
-    k_top = max(s["k"])
-    probe = make_engine(models, spec_for_k(k_top), EngineConfig(max_batch=1, max_model_len=64, device=device))
-    task = bars.add("measuring step costs t(b, q)", total=100)
-    q_max = max(k_top, 8) + 1          # the theory curves and break-even table go to k = 8
-    modes = sorted({t > 0 for t in s["temperatures"]})
-    timer = round_timer(models.target, spec_for_k(k_top), models.draft, prompt_len=s["prompt_tokens"], steps=40)
-    costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=q_max,
-                       context=s["prompt_tokens"] + s["max_new_tokens"] // 2,
-                       remeasure=remeasure, round_timer=timer, modes=modes,
-                       on_progress=lambda f: bars.update(task, completed=100 * f),
-                       longest=max(len(p) for ps in prompts.values() for p in ps) + s["max_new_tokens"])
-    del probe
-    bars.update(task, completed=100)
+    try:
+        limit = models.target.config.max_position_embeddings - s["max_new_tokens"] - 8
+        prompts = {w: [p for p in ps if len(p) <= limit] for w, ps in prompts.items()}
+        if not all(prompts.values()):
+            empty = [w for w, ps in prompts.items() if not ps]
+            raise ConfigError(f"no prompt of {', '.join(empty)} fits the context ({limit} prompt tokens "
+                              f"+ {s['max_new_tokens']} new)")
+        names = list(prompts)
+        # long-code decodes at the full context: batch 1 only (a batch of such prompts is minutes)
+        sweep = ([w for w in names if w == PREDICTABLE] or names[:1]) if quick else [w for w in names if w != HARD]
+        cells = plan_cells(names, s["k"], s["batch_sizes"], s["temperatures"], full=full, sweep_workloads=sweep)
+        plan = Plan(cells, prompts, groups=s["repeats"], max_new_tokens=s["max_new_tokens"])
+        k_top = max(s["k"])
+        probe = make_engine(models, spec_for_k(k_top), EngineConfig(max_batch=1, max_model_len=64, device=device))
+        task = bars.add("measuring step costs t(b, q)", total=100)
+        q_max = max(k_top, 8) + 1          # the theory curves and break-even table go to k = 8
+        modes = sorted({t > 0 for t in s["temperatures"]})
+        timer = round_timer(models.target, spec_for_k(k_top), models.draft, prompt_len=s["prompt_tokens"], steps=40)
+        costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=q_max,
+                           context=s["prompt_tokens"] + s["max_new_tokens"] // 2,
+                           remeasure=remeasure, round_timer=timer, modes=modes,
+                           on_progress=lambda f: bars.update(task, completed=100 * f),
+                           longest=max(len(p) for ps in prompts.values() for p in ps) + s["max_new_tokens"])
+        del probe
+        bars.update(task, completed=100)
 
-    task = bars.add("decoding: plain vs speculative", total=plan.num_runs())
-    ran: dict = {"extend_budget_s": 0.0, "extra_groups": []}
-    results = run_plan(models, plan, spec_for_k, device=device, extend_s=s["extend_s"], extend_share=s["extend_share"],
-                       info=ran,
-                       on_run=lambda d: bars.update(task, advance=1, detail=d))
+        task = bars.add("decoding: plain vs speculative", total=plan.num_runs())
+        ran: dict = {"extend_budget_s": 0.0, "extra_groups": []}
+        results = run_plan(models, plan, spec_for_k, device=device, extend_s=s["extend_s"],
+                           extend_share=s["extend_share"],
+                           info=ran,
+                           on_run=lambda d: bars.update(task, advance=1, detail=d))
 
-    task = bars.add("predicting and writing the report", total=2)
-    summary = summarize([r.as_dict() for r in results], costs, method, s["batch_sizes"], s["temperatures"],
-                        q_max=q_max, new_tokens=plan.max_new_tokens - 1)
-    bars.update(task, advance=1)
-    meta = {"target": str(models.target_path), "draft": str(models.draft_path) if models.draft_path else None,
-            "device": device, "threads": torch.get_num_threads(), "groups": plan.groups,
-            "max_new_tokens": plan.max_new_tokens, "prompt_tokens": s["prompt_tokens"],
-            "settings": s, "workloads": names, "grid": "full" if full else "star", "quick": quick,
-            "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "torch": torch.__version__, "costs_remeasured": remeasure,
-            "machine": platform.processor() or platform.machine(),
-            "wall_s": time.perf_counter() - t_start, "cpus": os.cpu_count(),
-            "load_average": [load_start, load_average()], "cores_in_use": in_use, "busy_warning": busy,
-            **ran}
-    summary["cost_model_table"] = costs.raw
-    # after the measurements and their wall time: illustrations, neither timed nor summarised
-    summary["samples"] = regime_samples(models, prompts, summary["regimes"], spec_for_k, device)
-    paths = write_report(out, summary, costs, meta)
-    bars.update(task, advance=1)
-    return paths
+        task = bars.add("predicting and writing the report", total=2)
+        summary = summarize([r.as_dict() for r in results], costs, method, s["batch_sizes"], s["temperatures"],
+                            q_max=q_max, new_tokens=plan.max_new_tokens - 1)
+        bars.update(task, advance=1)
+        meta = {"target": str(models.target_path), "draft": str(models.draft_path) if models.draft_path else None,
+                "device": device, "threads": torch.get_num_threads(), "groups": plan.groups,
+                "max_new_tokens": plan.max_new_tokens, "prompt_tokens": s["prompt_tokens"],
+                "settings": s, "workloads": names, "grid": "full" if full else "star", "quick": quick,
+                "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                "torch": torch.__version__, "costs_remeasured": remeasure,
+                "machine": platform.processor() or platform.machine(),
+                "wall_s": time.perf_counter() - t_start, "cpus": os.cpu_count(),
+                "load_average": [load_start, load_average()], "cores_in_use": in_use, "busy_warning": busy,
+                **ran}
+        summary["cost_model_table"] = costs.raw
+        # after the measurements and their wall time: illustrations, neither timed nor summarised
+        summary["samples"] = regime_samples(models, prompts, summary["regimes"], spec_for_k, device)
+        paths = write_report(out, summary, costs, meta)
+        bars.update(task, advance=1)
+        return paths
+    finally:
+        torch.set_num_threads(threads)          # the caller's setting, for API callers
