@@ -110,7 +110,14 @@ def _why(c: dict) -> str:
     if c.get("uncertain"):
         lo, hi = c["ci"]
         reasons.append(f"95% interval {lo:.2f}-{hi:.2f}x, wider than ±{WIDE:.0%} (noisy machine): uncertain")
-    return "; ".join(reasons) or "tail effects: rows finish at different rounds and the batch shrinks"
+    if reasons:
+        return "; ".join(reasons)
+    if c["batch"] == 1:                        # no rows to finish apart: the two factors added up
+        run = f"{rm:.2f}x" if rm else "?"
+        return (f"tokens per round {c['tokens_iid']:.2f} predicted, {t:.2f} measured, and a round "
+                f"{c['ratio']:.2f}x a plain step predicted, {run} in the run: each within "
+                f"{MISLEAD:.0%}, together more")
+    return "tail effects: rows finish at different rounds and the batch shrinks"
 
 
 def _find(cells, **kw):

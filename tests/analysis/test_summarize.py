@@ -162,3 +162,13 @@ def test_verdict_for_a_free_proposer_without_batch_sweep():
                                    "(1.80–1.80×) at k = 3")
     assert s["verdict"].endswith("it cannot lose at any α: a round costs no more than a plain step.")
     assert s["break_even"][1][3] == 0.0
+
+
+def test_a_batch_one_miss_is_not_blamed_on_rows_finishing_apart():
+    from specdec.analysis.summarize import _why
+    # tokens per round 7% high and a round 6% cheap: neither misses by 10%, together 14%
+    cell = dict(batch=1, tokens_per_step=4.0, tokens_iid=4.28, ratio_measured=2.2, ratio=2.07, ci=[1.8, 1.9])
+    why = _why(cell)
+    assert "tail effects" not in why and "4.28" in why and "2.07x" in why and "2.20x" in why
+    assert "tail effects" in _why(dict(cell, batch=4))
+    assert "i.i.d. formula" in _why(dict(cell, tokens_iid=5.0))
