@@ -74,9 +74,10 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
     if busy:
         bars.warn(busy)
     threads = torch.get_num_threads()
-    if device == "cpu" and not threads_fixed and free_threads(in_use, cpus, threads) < threads:
-        torch.set_num_threads(free_threads(in_use, cpus, threads))
-        bars.warn(f"running on {torch.get_num_threads()} of {threads} threads: other processes hold "
+    free = threads if device != "cpu" or threads_fixed else free_threads(in_use, cpus, threads)
+    if free < threads:
+        torch.set_num_threads(free)
+        bars.warn(f"running on {free} of {threads} threads: other processes hold "
                   f"{in_use:.1f} of {cpus} cores (--threads sets it)")
     try:
         limit = models.target.config.max_position_embeddings - s["max_new_tokens"] - 8
