@@ -99,20 +99,96 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class KTable:
+    """k by batch size: rows (lo, hi, k), batch sizes lo..hi inclusive, in order, the first
+    from 1. A batch size in a gap between rows, or past the last, takes the k of the row
+    before it: vLLM's rule for `num_speculative_tokens_per_batch_size` (PR #32374)."""
+    rows: tuple[tuple[int, int, int], ...]
+
+    def __post_init__(self):
+        rows = tuple(tuple(r) for r in self.rows)
+        object.__setattr__(self, "rows", rows)
+        if not rows:
+            raise ConfigError("a k table needs at least one row")
+        prev_hi = 0
+        for r in rows:
+            if len(r) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) for x in r):
+                raise ConfigError(f"a k table row is (lo, hi, k) in integers, got {r!r}")
+            lo, hi, k = r
+            if not prev_hi < lo <= hi:
+                raise ConfigError(f"k table rows must be ascending, non-overlapping batch ranges "
+                                  f"lo <= hi from 1; got {lo}-{hi} after a row ending at {prev_hi}")
+            if not 0 <= k <= K_MAX:
+                raise ConfigError(f"k table row {lo}-{hi}: k must be in 0..{K_MAX}, got {k}")
+            prev_hi = hi
+        if rows[0][0] != 1:
+            raise ConfigError(f"a k table's first row must start at batch size 1, got {rows[0][0]}")
+
+    def k_for(self, batch: int) -> int:
+        """The k for `batch` running rows."""
+        k = self.rows[0][2]
+        for lo, _, kk in self.rows:
+            if lo > batch:
+                break
+            k = kk
+        return k
+
+    @property
+    def max_k(self) -> int:
+        return max(r[2] for r in self.rows)
+
+    def to_vllm(self) -> dict[str, int]:
+        """vLLM's `num_speculative_tokens_per_batch_size`: {"lo-hi": k}."""
+        return {f"{lo}-{hi}": k for lo, hi, k in self.rows}
+
+    @classmethod
+    def from_vllm(cls, table) -> "KTable":
+        """Read vLLM's {"lo-hi": k} mapping (a key "n" is the range n-n)."""
+        if not isinstance(table, dict) or not table:
+            raise ConfigError(f"num_speculative_tokens_per_batch_size must be a non-empty mapping "
+                              f'like {{"1-16": 3}}, got {table!r}')
+        rows = []
+        for key, k in table.items():
+            lo, sep, hi = str(key).partition("-")
+            try:
+                lo_i, hi_i = int(lo), int(hi if sep else lo)
+            except ValueError:
+                raise ConfigError(f'k table key {key!r} is not a batch range "lo-hi"') from None
+            rows.append((lo_i, hi_i, k))
+        return cls(tuple(sorted(rows)))
+
+    @classmethod
+    def read(cls, path) -> "KTable":
+        """A JSON file holding vLLM's whole `speculative_config` or only its
+        `num_speculative_tokens_per_batch_size` mapping."""
+        import json
+        try:
+            data = json.loads(open(path, encoding="utf-8").read())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise ConfigError(f"k table {path}: cannot read it as JSON ({e})") from e
+        if isinstance(data, dict) and "num_speculative_tokens_per_batch_size" in data:
+            data = data["num_speculative_tokens_per_batch_size"]
+        return cls.from_vllm(data)
+
+
+@dataclass(frozen=True)
 class SpecConfig:
     """Which proposer guesses tokens and how many per round.
 
     k: an int in 0..K_MAX (0 = plain decoding), "auto" (adaptive policy from a measured
-       cost model) or "heuristic" (Hugging Face's +2/-1 schedule).
+       cost model), "heuristic" (Hugging Face's +2/-1 schedule) or a KTable (k by batch size).
     options: proposer-specific settings (e.g. ngram's min_n/max_n), by name.
     """
     method: str = "draft"
-    k: int | str = 4
+    k: int | str | KTable = 4
     k_max: int = 8
     options: tuple[tuple[str, object], ...] = field(default_factory=tuple)
 
     def __post_init__(self):
-        if isinstance(self.k, str):
+        if isinstance(self.k, KTable):
+            if self.k.max_k > self.k_max:
+                object.__setattr__(self, "k_max", self.k.max_k)
+        elif isinstance(self.k, str):
             if self.k not in ("auto", "heuristic"):
                 raise ConfigError(f"k must be an integer in 0..{K_MAX}, 'auto' or 'heuristic', got {self.k!r}")
         elif not isinstance(self.k, int) or not 0 <= self.k <= K_MAX:

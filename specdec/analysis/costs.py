@@ -12,7 +12,6 @@ machine pays for them (unless `remeasure`, the default of `specdec analyze`).
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -56,25 +55,10 @@ class Costs:
         return self.t_draft(b) / self.t_target(b, 1)
 
 
-# Each row of real rounds is timed this many times, in separate windows, and every k priced
-# at the median. In two quick analyses minutes apart (Zen 3), one run's greedy batch-1 table
-# priced a k = 6 round at 1.81 plain steps, the other's at 2.29, and a direct check of
-# rounds inside lockstep runs gave 2.15-2.19: one window can be off by 20%, and the run
-# with the off table had a median error of 8.3% against 2.7%.
-ROUND_REPEATS = 3
 # The cost model's l_long. A context past it (long-code, about 2,000 tokens) is timed there:
 # extrapolated from 128 and 512 (a lever of 4.7x on their noise), t(q)/t(1) at 1,950 cached
 # tokens came out 1.06-2.91 in two passes where timing at 1,950 gave 1.13-1.89, repeatably.
 L_EXTRAPOLATE = 512
-
-
-def median_timer(timer, repeats: int = ROUND_REPEATS):
-    """`timer` (adaptive/calibrate.round_timer's) called `repeats` times per row; each k's
-    seconds and cache length are the medians over the calls."""
-    def timed(key, b: int, ks: list[int], sampled: bool) -> dict[int, tuple[float, float]]:
-        runs = [timer(key, b, ks, sampled) for _ in range(repeats)]
-        return {k: (statistics.median(r[k][0] for r in runs), statistics.median(r[k][1] for r in runs)) for k in ks}
-    return timed
 
 
 def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context: int = 128,
@@ -97,7 +81,7 @@ def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context:
     if on_progress:
         on_progress(1 / (1 + len(modes)))
     for i, sampled in enumerate(modes):
-        cm.measure_rounds(median_timer(round_timer), key, bs, sampled, remeasure=remeasure)
+        cm.measure_rounds(round_timer, key, bs, sampled, remeasure=remeasure)
         if on_progress:
             on_progress((i + 2) / (1 + len(modes)))
     return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context) if key else 0.0,

@@ -9,8 +9,9 @@ import time
 
 
 @contextlib.contextmanager
-def serving(args, host: str = "127.0.0.1"):
-    """Yield the base URL of a specdec server on --target/--draft (defaults: bundled models)."""
+def serving(args, host: str = "127.0.0.1", k=4, max_batch: int = 32):
+    """Yield the base URL of a specdec server on --target/--draft (defaults: bundled models),
+    whose default speculation is `k` (an int or a KTable) and which runs `max_batch` rows."""
     import uvicorn
 
     from ..config import SpecConfig
@@ -24,7 +25,8 @@ def serving(args, host: str = "127.0.0.1"):
     method = getattr(args, "method", None) or ("draft" if models.draft is not None else "none")
     if method == "none":
         raise ConfigError("measuring speculation locally needs a draft model or --method")
-    app = create_app(models, ServerConfig(spec=SpecConfig(method=method, k=4), max_batch=32, max_queue=1024))
+    app = create_app(models, ServerConfig(spec=SpecConfig(method=method, k=k), max_batch=max_batch,
+                                                 max_queue=1024))
     with socket.socket() as sock:
         sock.bind((host, 0))
         port = sock.getsockname()[1]

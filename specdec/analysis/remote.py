@@ -9,31 +9,32 @@ Acceptance comes from /metrics deltas, so nothing else should use the server mea
 
     specdec analyze --endpoint http://127.0.0.1:8000 --workload code --k 2,4
     specdec analyze --endpoint http://vllm:8000 --endpoint-baseline http://vllm-plain:8000 --emit-vllm-config
+    specdec analyze --endpoint http://127.0.0.1:8000 --check-config out/vllm_config.json
+
+--emit-vllm-config sweeps --concurrency levels and writes vLLM's per-batch-size table;
+--check-config replays a table against a server that runs it (sweep.py, schedule.py).
 
 API for commands/analyze.py: `add_remote_args(parser)` adds --endpoint, --endpoint-baseline,
 --api-key, --served-model, --concurrency, --remote-prompts, --tokenizer, --emit-vllm-config,
---vllm-draft-model; `run_remote(args) -> int` also reads analyze's own --workload, --k,
+--budget-s, --check-config, --vllm-draft-model; `run_remote(args) -> int` also reads analyze's own --workload, --k,
 --method, --max-new-tokens, --prompt-tokens, --quick, --out, --ngram-min/--ngram-max when
 present. Without --endpoint, run_remote serves the local models (--target/--draft) on
 loopback and measures that. `emit_vllm_config(...)` builds vLLM's `speculative_config`.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
 from ..errors import ConfigError
+from .endpoint import Endpoint
 from .workloads import WORKLOADS, load_workload
 
-SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
-                 "vllm:spec_decode_num_accepted_tokens")
-PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
 def add_remote_args(p) -> None:
@@ -43,38 +44,31 @@ def add_remote_args(p) -> None:
                                                "that cannot switch speculation per request")
     g.add_argument("--api-key", help="bearer token for the endpoint(s)")
     g.add_argument("--served-model", help="model id to request (default: the first of /v1/models)")
-    g.add_argument("--concurrency", type=int, default=1, help="requests in flight at once")
+    g.add_argument("--concurrency", type=_levels,
+                   help="requests in flight at once; with --emit-vllm-config a list of levels to "
+                        "sweep, e.g. 1,4,16 (default 1; 1,4,16 with --emit-vllm-config)")
     g.add_argument("--remote-prompts", type=int, help="prompts per workload (default 8; 4 with --quick)")
     g.add_argument("--tokenizer", type=Path, help="tokenizer.json used to build workload prompts "
                                                   "(default: the bundled one); prompts are sent as text")
     g.add_argument("--emit-vllm-config", action="store_true",
-                   help="print the recommended vLLM speculative_config JSON on stdout")
+                   help="sweep the concurrency levels and print vLLM's speculative_config with "
+                        "num_speculative_tokens_per_batch_size on stdout (side files in --out)")
+    g.add_argument("--budget-s", type=float, help="seconds the --emit-vllm-config sweep may take "
+                                                  "(default: measure every planned cell)")
+    g.add_argument("--check-config", type=Path, metavar="FILE",
+                   help="replay the workload at each row of this emitted config against a server "
+                        "running it (without --endpoint: specdec serve --k-table FILE on loopback)")
     g.add_argument("--vllm-draft-model", help="draft model id/path to write into a draft_model config")
 
 
-def parse_metrics(text: str) -> dict:
-    """Prometheus text -> {name: value summed over label sets}; counters lose `_total`;
-    per-position acceptance is returned as {"per_pos": {position: value}}."""
-    out: dict = {"per_pos": {}}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        try:
-            series, value = line.rsplit(" ", 1)
-            val = float(value)
-        except ValueError:
-            continue
-        name, _, labels = series.partition("{")
-        if name.endswith("_created") or name.endswith("_bucket"):
-            continue
-        if name.endswith("_total"):
-            name = name[:-6]
-        if name == PER_POS:
-            pos = labels.split('position="')[1].split('"')[0] if 'position="' in labels else "0"
-            out["per_pos"][int(pos)] = out["per_pos"].get(int(pos), 0.0) + val
-            continue
-        out[name] = out.get(name, 0.0) + val
-    return out
+def _levels(text: str) -> list[int]:
+    try:
+        levels = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not levels or levels[0] < 1:
+        raise argparse.ArgumentTypeError(f"concurrency levels must be >= 1, got {text!r}")
+    return levels
 
 
 def emit_vllm_config(method: str, num_speculative_tokens: int, prompt_lookup_min: int = 1,
@@ -94,83 +88,24 @@ def emit_vllm_config(method: str, num_speculative_tokens: int, prompt_lookup_min
     raise ConfigError(f"method {method!r} has no vLLM speculative_config equivalent (use draft or ngram)")
 
 
-def percentile(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
-
-
-class Endpoint:
-    def __init__(self, url: str, api_key: str | None, model: str | None):
-        self.url = url.rstrip("/")
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.model = model or self._first_model()
-
-    def _first_model(self) -> str:
-        r = httpx.get(self.url + "/v1/models", headers=self.headers, timeout=30)
-        if r.status_code != 200:
-            raise ConfigError(f"{self.url}/v1/models answered {r.status_code}: {r.text[:200]}")
-        return r.json()["data"][0]["id"]
-
-    def metrics(self) -> dict:
-        return parse_metrics(httpx.get(self.url + "/metrics", headers=self.headers, timeout=30).text)
-
-    def body(self, prompt: str, max_tokens: int, spec: dict | None) -> dict:
-        b = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-             "ignore_eos": True}
-        return {**b, "speculative": spec} if spec is not None else b
-
-    def supports_speculative(self) -> bool:
-        r = httpx.post(self.url + "/v1/completions", headers=self.headers, timeout=120,
-                       json=self.body("x", 1, {"method": "none"}))
-        return r.status_code == 200 and "draft_tokens" in (r.json().get("usage") or {})
-
-    async def run(self, prompts: list[str], max_tokens: int, spec: dict | None, concurrency: int) -> dict:
-        """Send every prompt (at most `concurrency` at once); timing and /metrics deltas."""
-        sem = asyncio.Semaphore(concurrency)
-        lat: list[float] = []
-        tokens = 0
-        async with httpx.AsyncClient(headers=self.headers, timeout=600) as c:
-            async def one(p):
-                nonlocal tokens
-                async with sem:
-                    t0 = time.perf_counter()
-                    r = await c.post(self.url + "/v1/completions", json=self.body(p, max_tokens, spec))
-                    if r.status_code != 200:
-                        raise ConfigError(f"{self.url} answered {r.status_code}: {r.text[:300]}")
-                    lat.append(time.perf_counter() - t0)
-                    tokens += r.json()["usage"]["completion_tokens"]
-            before = await asyncio.to_thread(self.metrics)
-            t0 = time.perf_counter()
-            await asyncio.gather(*(one(p) for p in prompts))
-            wall = time.perf_counter() - t0
-            after = await asyncio.to_thread(self.metrics)
-        d = {n: after.get(n, 0.0) - before.get(n, 0.0) for n in SPEC_COUNTERS}
-        drafts, dtok, acc = (d[n] for n in SPEC_COUNTERS)
-        per_pos = {p: after["per_pos"].get(p, 0.0) - before["per_pos"].get(p, 0.0) for p in after["per_pos"]}
-        return {"requests": len(prompts), "completion_tokens": tokens, "wall_s": wall,
-                "tokens_per_s": tokens / wall if wall > 0 else 0.0,
-                "latency_p50_s": percentile(lat, 50), "latency_p90_s": percentile(lat, 90),
-                "latency_p99_s": percentile(lat, 99),
-                "drafts": drafts, "draft_tokens": dtok, "accepted_tokens": acc,
-                "acceptance_rate": acc / dtok if dtok else 0.0,
-                "mean_acceptance_length": 1 + acc / drafts if drafts else 1.0,
-                "mean_draft_length": dtok / drafts if drafts else 0.0,
-                "per_position_acceptance": [per_pos[p] / drafts for p in sorted(per_pos)] if drafts else []}
-
-
 def _settings(args) -> dict:
     quick = bool(getattr(args, "quick", False))
     wl = getattr(args, "workload", None) or "all"
     ks = getattr(args, "k", None)
     ks = [ks] if isinstance(ks, int) else ks
+    emit = getattr(args, "emit_vllm_config", False)
+    levels = getattr(args, "concurrency", None) or ([1, 4, 16] if emit else [1])
+    # the sweep's k: vLLM's own offline sweep uses 1, 3, 5
+    default_ks = [1, 3, 5] if emit else [3] if quick else [2, 4]
+    if isinstance(levels, int):
+        levels = [levels]
     return {"workloads": list(WORKLOADS) if wl == "all" else [wl],
-            "ks": sorted(set(k for k in (ks or ([3] if quick else [2, 4])) if isinstance(k, int) and k > 0)),
+            "ks": sorted(set(k for k in (ks or default_ks) if isinstance(k, int) and k > 0)),
             "n": getattr(args, "remote_prompts", None) or (4 if quick else 8),
             "max_tokens": getattr(args, "max_new_tokens", None) or (32 if quick else 64),
             "prompt_tokens": getattr(args, "prompt_tokens", None) or (64 if quick else 128),
-            "concurrency": max(1, getattr(args, "concurrency", 1) or 1),
+            "concurrencies": levels,
+            "concurrency": levels[0],
             "method": getattr(args, "method", None)}
 
 
@@ -232,38 +167,67 @@ def report_md(results: dict) -> str:
 def run_remote(args) -> int:
     from ..defaults import MODELS_DIR, default_draft
     from ..models.tokenizer import Tokenizer
+    from . import sweep
     s = _settings(args)
+    emit, check_path = bool(getattr(args, "emit_vllm_config", False)), getattr(args, "check_config", None)
+    if len(s["concurrencies"]) > 1 and not (emit or check_path):
+        raise ConfigError("several --concurrency levels are a sweep: add --emit-vllm-config")
     tok = Tokenizer.from_file(getattr(args, "tokenizer", None) or MODELS_DIR / "tokenizer.json")
     texts = {w: [tok.decode(ids) for ids in load_workload(w, tok, n=s["n"], prompt_tokens=s["prompt_tokens"])]
              for w in s["workloads"]}
-    key = getattr(args, "api_key", None)
+    key, out = getattr(args, "api_key", None), getattr(args, "out", None)
+    method = s["method"] or "draft"
+    log = lambda text: print(text, file=sys.stderr)         # noqa: E731
+    table = None
+    if check_path:
+        from ..config import KTable
+        table = KTable.read(check_path)
+    rows_max = max(s["concurrencies"] if table is None else sweep.check_levels(table))
+    with _endpoints(args, key, table, rows_max) as (ep, base):
+        if check_path:
+            rows = sweep.check(ep, base, texts, s, check_path, log)
+        elif emit:
+            cells = sweep.sweep(ep, base, texts, s, getattr(args, "budget_s", None), log)
+        else:
+            results = measure(ep, base, texts, s)
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    if check_path:
+        md = sweep.render_check(rows)
+        print(md)
+        if out:
+            (Path(out) / "check.json").write_text(json.dumps(rows, indent=1) + "\n")
+            (Path(out) / "check.md").write_text(md)
+        return 0
+    if emit:
+        draft = getattr(args, "vllm_draft_model", None) or (
+            str(getattr(args, "draft", None) or default_draft()) if method == "draft" else None)
+        base_cfg = emit_vllm_config(method, 1, getattr(args, "ngram_min", 1) or 1,
+                                    getattr(args, "ngram_max", 4) or 4, draft)
+        cfg = sweep.write_emit(cells, base_cfg, Path(out) if out else None, None)
+        if cfg is None:
+            log("speculation is not predicted to pay at any measured concurrency; recommending none")
+        print(json.dumps(cfg))
+        return 0
+    md = report_md(results)
+    print(md)
+    if out:
+        (Path(out) / "remote.json").write_text(json.dumps({"settings": s, "results": results,
+                                                           "recommendation": recommend(results, method)},
+                                                          indent=2) + "\n")
+        (Path(out) / "remote.md").write_text(md)
+    return 0
+
+
+@contextlib.contextmanager
+def _endpoints(args, key, table, max_batch: int):
+    """(endpoint, baseline or None): --endpoint's, or specdec serving the local models on
+    loopback (running `table` as its default k, when checking one)."""
     if getattr(args, "endpoint", None):
         ep = Endpoint(args.endpoint, key, getattr(args, "served_model", None))
         base = Endpoint(args.endpoint_baseline, key, None) if getattr(args, "endpoint_baseline", None) else None
-        results = measure(ep, base, texts, s)
-    else:
-        from .local_server import serving
-        with serving(args) as url:
-            results = measure(Endpoint(url, None, None), None, texts, s)
-    method = s["method"] or "draft"
-    rec = recommend(results, method)
-    md = report_md(results)
-    emit = bool(getattr(args, "emit_vllm_config", False))
-    print(md, file=sys.stderr if emit else sys.stdout)
-    out = getattr(args, "out", None)
-    payload = {"settings": s, "results": results, "recommendation": rec}
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "remote.json").write_text(json.dumps(payload, indent=2) + "\n")
-        (Path(out) / "remote.md").write_text(md)
-    if emit:
-        if rec is None or rec["k"] is None:
-            print("no speculative configuration beat plain decoding; recommending none", file=sys.stderr)
-            print("null")
-        else:
-            draft = getattr(args, "vllm_draft_model", None) or (
-                str(getattr(args, "draft", None) or default_draft()) if method == "draft" else None)
-            cfg = emit_vllm_config(method, rec["k"], getattr(args, "ngram_min", 1) or 1,
-                                   getattr(args, "ngram_max", 4) or 4, draft)
-            print(json.dumps(cfg))
-    return 0
+        yield ep, base
+        return
+    from .local_server import serving
+    with serving(args, k=table if table is not None else 4, max_batch=max_batch) as url:
+        yield Endpoint(url, None, None), None

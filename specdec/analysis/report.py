@@ -124,6 +124,16 @@ def build_blocks(summary: dict, meta: dict) -> list:
           ("p", "The smallest α at which k drafts pay, from the measured costs (— : no α pays)."),
           ("table", ["batch"] + [f"k={k}" for k in ks],
            [[b] + [_f(row[k]) for k in ks] for b, row in summary["break_even"].items()])]
+    if summary.get("k_table"):
+        kt = summary["k_table"]
+        B += [("h", 2, "k by batch size"),
+              ("p", "The k with the best predicted speed-up at each batch size of the cost model (geometric "
+                    "mean over the workloads at batch 1's acceptance). `k_table.json` holds it as vLLM's "
+                    "`num_speculative_tokens_per_batch_size`: `specdec serve --k-table k_table.json` runs it, "
+                    "and `specdec analyze --check-config k_table.json` replays it against that server."),
+              ("table", ["batch sizes", "k", "predicted speed-up"],
+               [[rng, k, f"{r['speedup']:.2f}×"] for (rng, k), r in
+                zip(kt["num_speculative_tokens_per_batch_size"].items(), kt["per_batch"])])]
     B += [("h", 2, "Best k per regime"),
           ("table", ["regime", "measured best k (of those run)", "predicted, i.i.d.", "predicted, per-position"],
            [[r["regime"], _measured_best(cells, r["cell"]),
@@ -191,4 +201,9 @@ def write_report(out: Path, summary: dict, costs, meta: dict) -> dict[str, Path]
     paths["json"].write_text(json.dumps({"meta": meta, **summary}, indent=1, default=str), encoding="utf-8")
     paths["md"].write_text(to_markdown(blocks), encoding="utf-8")
     paths["html"].write_text(to_html(blocks, images, f"specdec analyze: {summary['method']}"), encoding="utf-8")
+    if summary.get("k_table"):
+        paths["k_table"] = out / "k_table.json"
+        paths["k_table"].write_text(json.dumps({"num_speculative_tokens_per_batch_size":
+                                                summary["k_table"]["num_speculative_tokens_per_batch_size"]},
+                                               indent=1) + "\n", encoding="utf-8")
     return paths

@@ -27,6 +27,7 @@ from .couplings import annotate_couplings
 from .in_run import offset, shifted
 from .interval import WIDE
 from .regimes import headline, regimes
+from .schedule import table_from_costs
 
 THEORY_KS = tuple(range(1, 9))
 MISLEAD = 0.10      # the i.i.d. tokens-per-round estimate is "misleading" beyond this relative error
@@ -232,7 +233,10 @@ def summarize(cells: list[dict], costs, method: str, batch_sizes, temperatures, 
     regs = regimes(cells, t0)
     for r in regs:
         r["best_k"] = best_k_for(r["cell"], costs)
+    table = table_from_costs(cells, lambda b, k: _ratio(costs, b, k, t0), grid, t0)
     return {"method": method, "verdict": text, "verdict_facts": facts,
+            "k_table": {"num_speculative_tokens_per_batch_size": table[0].to_vllm(), "per_batch": table[1]}
+            if table else None,
             "draft_cost_ratio": {b: costs.draft_cost_ratio(b) for b in grid},
             "cost_table": costs.table(grid, q_max),
             "break_even": break_even_table(costs, grid),

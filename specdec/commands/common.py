@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..build import DEFAULT_K_MAX, NGRAM_MAX, NGRAM_MIN, spec_config
-from ..config import SpecConfig
+from ..config import KTable, SpecConfig
+from ..errors import ConfigError
 
 
 def _k(value: str):
@@ -23,11 +25,16 @@ def add_compile_arg(p) -> None:
                         "default: where it builds, else eager PyTorch with one warning")
 
 
-def add_method_args(p) -> None:
+def add_method_args(p, k_table: bool = True) -> None:
     p.add_argument("--method", help="proposer: draft, ngram, suffix, layerskip, auto or none "
                                     "(default: draft when a draft model is given, else none)")
-    p.add_argument("--k", type=_k, default="auto",
+    p.add_argument("--k", type=_k, default=None,
                    help="draft tokens per round: an integer 0..16, 'auto' (adaptive, default) or 'heuristic'")
+    if k_table:
+        p.add_argument("--k-table", type=Path, metavar="FILE",
+                       help="k by batch size instead of --k: a JSON file with vLLM's speculative_config "
+                            "(its num_speculative_tokens_per_batch_size) or that mapping alone, as "
+                            "`specdec analyze` writes it")
     p.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="largest k the adaptive policy may choose")
     p.add_argument("--ngram-min", type=int, default=NGRAM_MIN)
     p.add_argument("--ngram-max", type=int, default=NGRAM_MAX)
@@ -39,4 +46,9 @@ def spec_from_args(args, has_draft: bool) -> SpecConfig:
     opts: dict[str, object] = {"ngram_min": args.ngram_min, "ngram_max": args.ngram_max}
     if args.layerskip_layers is not None:
         opts["layerskip_layers"] = args.layerskip_layers
-    return spec_config(args.method, args.k, args.k_max, has_draft, opts)
+    k = getattr(args, "k", None)
+    if getattr(args, "k_table", None) is not None:
+        if k is not None:
+            raise ConfigError("--k and --k-table are mutually exclusive")
+        k = KTable.read(args.k_table)
+    return spec_config(args.method, "auto" if k is None else k, args.k_max, has_draft, opts)

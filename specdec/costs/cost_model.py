@@ -11,6 +11,8 @@ from the cache and timed only where it lacks them, and only when asked.
 """
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 
 from . import cache
@@ -19,7 +21,14 @@ from .profiling import ModelProfile, grid_rows
 from .rounds import RoundTable
 
 DRAFT_KEY = CostKey("draft", "draft")   # a draft model's key under its default name
-ROUNDS_VERSION = 3              # how rounds are timed (adaptive/calibrate.py); other caches are stale
+ROUNDS_VERSION = 4              # how rounds are timed (adaptive/calibrate.py); other caches are stale
+# Each row of real rounds is timed this many times, in separate windows, and every k priced at
+# the median: one window can be off by 20% on a shared machine. Measured (Zen 3): two quick
+# analyses minutes apart priced a batch-1 k = 6 round at 1.81 and 2.29 plain steps, against
+# 2.15-2.19 inside lockstep runs; an adaptive benchmark whose single-window table priced a
+# batch-16 plain step at 1.56x what its runs measured fell to 0.967x plain there
+# (benchmarks/results/adaptive/zen3-single-window).
+ROUND_REPEATS = 3
 
 
 class CostModel:
@@ -75,15 +84,18 @@ class CostModel:
 
     def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False):
         """Real steps of proposer `key` in one sampling mode at each row of `batch_sizes` and
-        k = 0..k_max, from the cache; a row that lacks any k is timed whole, in one call of
-        `timer(key, b, ks, sampled) -> {k: (seconds, L)}`."""
+        k = 0..k_max, from the cache; a row that lacks any k is timed whole, ROUND_REPEATS
+        calls of `timer(key, b, ks, sampled) -> {k: (seconds, L)}`, each k at the medians."""
         ident = {"key": str(key), "sampled": sampled, "target": self.identities.get(None),
                  "model": self.identities.get(key), "version": ROUNDS_VERSION}
         d = None if remeasure else cache.load(ident, "rounds-")
         table = self.rounds[(key, sampled)] = RoundTable.from_json(d, d["contended"]) if d else RoundTable()
         todo = [b for b in batch_sizes if any((b, k) not in table.points for k in range(self.k_max + 1))]
+        ks = [*range(self.k_max + 1)]
         for b in todo:
-            table.points.update({(b, k): v for k, v in timer(key, b, [*range(self.k_max + 1)], sampled).items()})
+            runs = [timer(key, b, ks, sampled) for _ in range(ROUND_REPEATS)]
+            table.points.update({(b, k): (statistics.median(r[k][0] for r in runs),
+                                          statistics.median(r[k][1] for r in runs)) for k in ks})
             table.contended = table.contended or cache.contended()
         if todo:
             cache.save(ident, table.to_json(), table.contended, "rounds-")

@@ -1,14 +1,15 @@
-"""How many tokens to draft each round: the KPolicy interface and its two simple policies.
+"""How many tokens to draft each round: the KPolicy interface and its simple policies.
 
 The adaptive policy (`specdec.adaptive`, built above the engine and handed to it) maximises
-expected tokens per second; fixed k and Hugging Face's +2/-1 heuristic are its baselines.
+expected tokens per second; fixed k and Hugging Face's +2/-1 heuristic are its baselines,
+and a table of k by batch size is what a deployment fixes after an analysis.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
 from ..batch import Batch
-from ..config import SpecConfig
+from ..config import KTable, SpecConfig
 from ..errors import ConfigError
 from .round import RoundResult
 
@@ -80,6 +81,18 @@ class HeuristicK(KPolicy):
                 self.rows[b] = min(self.k_max, self.rows[b] + 2) if n == nd else max(1, self.rows[b] - 1)
 
 
+class TableK(KPolicy):
+    """k by the number of running rows, from a fixed table (`config.KTable`): vLLM's
+    `num_speculative_tokens_per_batch_size`, which `specdec analyze` emits."""
+    name = "table"
+
+    def __init__(self, table: KTable, k_max: int):
+        self.table, self.k_max = table, k_max
+
+    def choose(self, batch) -> int:
+        return min(self.k_max, self.table.k_for(len(batch)))
+
+
 HEURISTIC_K0 = 5        # Hugging Face's num_assistant_tokens default
 
 
@@ -88,6 +101,8 @@ def simple_policy(spec: SpecConfig) -> KPolicy:
     if spec.k == "auto":
         raise ConfigError('k="auto" needs the adaptive policy: build the engine with '
                           "specdec.build.make_engine, or pass policy= to Engine")
+    if isinstance(spec.k, KTable):
+        return TableK(spec.k, spec.k_max)
     if spec.k == "heuristic":
         return HeuristicK(min(HEURISTIC_K0, spec.k_max), spec.k_max)
     return FixedK(spec.k)

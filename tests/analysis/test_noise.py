@@ -144,16 +144,17 @@ def test_regime_rule_ties_and_fallbacks():
 
 
 def test_round_rows_are_priced_at_the_median_of_separate_timings():
-    from specdec.analysis.costs import ROUND_REPEATS, median_timer
+    from specdec.costs.cost_model import ROUND_REPEATS, CostModel
     # the second call's k = 0 reference was caught in a slow spell (its rounds look cheap
     # relative to it); the median of three calls ignores it
-    calls = iter([{0: (3.0, 100), 6: (6.6, 110)}, {0: (3.9, 100), 6: (6.7, 110)}, {0: (3.1, 100), 6: (6.5, 112)}])
+    calls = iter([{0: (3.0, 100), 1: (6.6, 110)}, {0: (3.9, 100), 1: (6.7, 110)}, {0: (3.1, 100), 1: (6.5, 112)}])
     seen = []
 
     def timer(key, b, ks, sampled):
         seen.append((key, b, tuple(ks), sampled))
         return next(calls)
-    got = median_timer(timer, repeats=3)("draft", 1, [0, 6], False)
-    assert got == {0: (3.1, 100), 6: (6.6, 110)}
-    assert seen == [("draft", 1, (0, 6), False)] * 3
-    assert ROUND_REPEATS >= 3                     # a median needs three to drop one bad window
+    assert ROUND_REPEATS == 3                     # a median needs three to drop one bad window
+    cm = CostModel.from_function(lambda b, q, L: 0.001, k_max=1)
+    cm.measure_rounds(timer, "draft", [1], False, remeasure=True)
+    assert cm.rounds[("draft", False)].points == {(1, 0): (3.1, 100), (1, 1): (6.6, 110)}
+    assert seen == [("draft", 1, (0, 1), False)] * 3

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from specdec.analysis.remote import emit_vllm_config, parse_metrics, percentile, recommend
+from specdec.analysis.endpoint import parse_metrics, percentile
+from specdec.analysis.remote import emit_vllm_config, recommend
 from specdec.cli import main
 from specdec.errors import ConfigError
 
@@ -14,7 +15,7 @@ def test_analyze_endpoint_on_live_server(server, tmp_path, capsys):
     url, app = server
     rc = main(["analyze", "--endpoint", url, "--workload", "code", "--k", "2", "--remote-prompts", "3",
                "--max-new-tokens", "8", "--prompt-tokens", "16", "--concurrency", "2",
-               "--out", str(tmp_path), "--emit-vllm-config"])
+               "--out", str(tmp_path)])
     assert rc == 0
     out = capsys.readouterr()
     payload = json.loads((tmp_path / "remote.json").read_text())
@@ -27,13 +28,36 @@ def test_analyze_endpoint_on_live_server(server, tmp_path, capsys):
     assert off["draft_tokens"] == 0 and off["drafts"] == 0
     assert on["drafts"] > 0 and on["draft_tokens"] <= 2 * on["drafts"]
     assert 0 <= on["acceptance_rate"] <= 1 and 1 <= on["mean_acceptance_length"] <= 3
-    assert "| k=2 | code |" in out.err
-    cfg = json.loads(out.out.strip().splitlines()[-1])
-    rec = payload["recommendation"]
-    if rec is None or rec["k"] is None:     # no configuration beat plain decoding: "null"
-        assert cfg is None
-    else:
-        assert cfg["method"] == "draft_model" and cfg["num_speculative_tokens"] == rec["k"] >= 1
+    assert "| k=2 | code |" in out.out
+
+
+def test_emit_and_check_a_k_table_on_live_server(server, tmp_path, capsys):
+    """The sweep over two concurrency levels emits vLLM's table, and --check-config replays it."""
+    url, _ = server
+    common = ["--endpoint", url, "--workload", "code", "--remote-prompts", "2", "--max-new-tokens", "8",
+              "--prompt-tokens", "16", "--vllm-draft-model", "org/draft"]
+    assert main(["analyze", *common, "--k", "1,2", "--concurrency", "1,2", "--emit-vllm-config",
+                 "--out", str(tmp_path)]) == 0
+    cfg = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    side = json.loads((tmp_path / "schedule.json").read_text())
+    assert sorted((c["concurrency"], c["k"]) for c in side["cells"]) == [(1, 0), (1, 1), (1, 2),
+                                                                         (2, 0), (2, 1), (2, 2)]
+    assert [r["batch"] for r in side["per_batch"]] == [1, 2]
+    if cfg is None:                       # speculation predicted to lose at both levels
+        assert all(r["k"] == 0 for r in side["per_batch"])
+        return
+    assert cfg["method"] == "draft_model" and cfg["model"] == "org/draft"
+    assert cfg["num_speculative_tokens"] == max(cfg["num_speculative_tokens_per_batch_size"].values())
+    assert main(["analyze", *common, "--check-config", str(tmp_path / "vllm_config.json"),
+                 "--out", str(tmp_path / "check")]) == 0
+    rows = json.loads((tmp_path / "check" / "check.json").read_text())
+    assert {r["concurrency"] for r in rows} == {1, 2}
+    assert all(r["table_vs_plain"] > 0 and (r["k"] == 0 or r["table_vs_fixed"] > 0) for r in rows)
+
+
+def test_several_levels_without_emit_are_refused(tmp_path, capsys):
+    assert main(["analyze", "--endpoint", "http://127.0.0.1:9", "--concurrency", "1,4", "--out", str(tmp_path)]) == 2
+    assert "add --emit-vllm-config" in capsys.readouterr().err
 
 
 def test_auto_speculation_request(server):
@@ -91,3 +115,16 @@ def test_two_endpoints_when_server_cannot_switch_per_request(server, monkeypatch
         assert r["requests"] == 2 and r["completion_tokens"] == 12
     # no `speculative` field was sent, so both ran the server default (draft, k=3)
     assert res["on"]["w"]["drafts"] > 0 and res["off"]["w"]["drafts"] > 0
+
+
+def test_check_config_serves_the_table_locally(tiny_dirs, tmp_path):
+    """Without --endpoint, --check-config serves the local models with the table as their default."""
+    t, d = tiny_dirs
+    table = tmp_path / "k_table.json"
+    table.write_text('{"num_speculative_tokens_per_batch_size": {"1-1": 2, "2-2": 0}}')
+    assert main(["analyze", "--target", str(t), "--draft", str(d), "--workload", "code", "--remote-prompts", "2",
+                 "--max-new-tokens", "6", "--prompt-tokens", "16", "--check-config", str(table),
+                 "--out", str(tmp_path / "out")]) == 0
+    rows = json.loads((tmp_path / "out" / "check.json").read_text())
+    assert [(r["range"], r["k"], r["concurrency"]) for r in rows] == [("1-1", 2, 1), ("2-2", 0, 2)]
+    assert rows[0]["table_vs_fixed"] > 0 and rows[1]["table_vs_fixed"] is None
