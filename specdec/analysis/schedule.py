@@ -11,8 +11,11 @@ Two facts are read from the cells, and the speed-up of any (c, k) follows from t
   r = 1 + a_c + b_c k over the measured k at c (a_c = 0 when one k was measured), and a_c,
   b_c are interpolated linearly in log c between measured concurrency levels.
 
-speed-up(c, k) = tau(k) / r(c, k); the table takes the k in 0..k_max with the largest (k = 0,
-plain decoding, is 1.0 by definition). Nothing past the largest measured k is predicted.
+speed-up(c, k) = tau(k) / r(c, k); the table takes the k in 0..k_max with the largest, among
+those whose interval (below) stays at or above 1 (k = 0, plain decoding, is 1.0 by
+definition): a row drafts only where the measurements say it gains. Measured on specdec serve
+(benchmarks/results/k_table): at concurrency 16 the best k's gain was 1.004 [0.91, 1.12], and
+drafting there ran 0.94x plain. Nothing past the largest measured k is predicted.
 The interval on each prediction moves every alpha_j to the ends of its 95% Wilson interval
 and the cost line by twice the fit's residual spread (when three or more k were measured).
 """
@@ -151,7 +154,8 @@ def schedule(cells: list[Cell], max_batch: int | None = None) -> tuple[KTable, l
     per_batch = []
     for b in range(1, top + 1):
         line = cost_at(lines, b)
-        best = max(range(len(alphas) + 1), key=lambda k: predict(alphas, line, k)[0])
+        sure = [k for k in range(len(alphas) + 1) if predict(alphas, line, k)[1] >= 1.0]
+        best = max(sure, key=lambda k: predict(alphas, line, k)[0])
         s, lo, hi = predict(alphas, line, best)
         cell = next((c for c in cells if c.concurrency == b and c.k == best), None)
         measured = cell.tokens_per_s / plain[b] if cell and plain.get(b) else None
