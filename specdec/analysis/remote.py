@@ -16,9 +16,9 @@ Acceptance comes from /metrics deltas, so nothing else should use the server mea
 
 API for commands/analyze.py: `add_remote_args(parser)` adds --endpoint, --endpoint-baseline,
 --api-key, --served-model, --concurrency, --remote-prompts, --tokenizer, --emit-vllm-config,
---budget-s, --check-config, --vllm-draft-model; `run_remote(args) -> int` also reads analyze's own --workload, --k,
---method, --max-new-tokens, --prompt-tokens, --quick, --out, --ngram-min/--ngram-max when
-present. Without --endpoint, run_remote serves the local models (--target/--draft) on
+--budget-s, --check-config, --vllm-draft-model; `run_remote(args) -> int` also reads
+analyze's own --workload, --k, --method, --max-new-tokens, --prompt-tokens, --quick, --out,
+--ngram-min/--ngram-max when present. Without --endpoint, run_remote serves the local models (--target/--draft) on
 loopback and measures that. `emit_vllm_config(...)` builds vLLM's `speculative_config`.
 """
 from __future__ import annotations
@@ -34,7 +34,6 @@ from pathlib import Path
 from ..errors import ConfigError
 from .endpoint import Endpoint
 from .workloads import WORKLOADS, load_workload
-
 
 
 def add_remote_args(p) -> None:

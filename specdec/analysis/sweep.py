@@ -152,7 +152,8 @@ def check(ep, baseline, texts: dict[str, list[str]], s: dict, config_path: Path,
             if per_request and k > 0:
                 modes["fixed"] = (ep, {**spec, "k": k})
             for mode, (e, sp) in modes.items():
-                tps[mode] = pooled(c, k, {w: asyncio.run(e.run(p, s["max_tokens"], sp, c)) for w, p in ps.items()}).tokens_per_s
+                res = {w: asyncio.run(e.run(p, s["max_tokens"], sp, c)) for w, p in ps.items()}
+                tps[mode] = pooled(c, k, res).tokens_per_s
             vs_plain = tps["table"] / tps["plain"]
             pred = predicted.get(c)
             rows.append({"range": f"{lo}-{hi}", "k": k, "concurrency": c, "table_vs_plain": vs_plain,

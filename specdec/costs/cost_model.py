@@ -22,13 +22,6 @@ from .rounds import RoundTable
 
 DRAFT_KEY = CostKey("draft", "draft")   # a draft model's key under its default name
 ROUNDS_VERSION = 4              # how rounds are timed (adaptive/calibrate.py); other caches are stale
-# Each row of real rounds is timed this many times, in separate windows, and every k priced at
-# the median: one window can be off by 20% on a shared machine. Measured (Zen 3): two quick
-# analyses minutes apart priced a batch-1 k = 6 round at 1.81 and 2.29 plain steps, against
-# 2.15-2.19 inside lockstep runs; an adaptive benchmark whose single-window table priced a
-# batch-16 plain step at 1.56x what its runs measured fell to 0.967x plain there
-# (benchmarks/results/adaptive/zen3-single-window).
-ROUND_REPEATS = 3
 
 
 class CostModel:
@@ -82,20 +75,20 @@ class CostModel:
                   for k, fn in (draft_fns or {}).items()}
         return cls(target, drafts, k_max)
 
-    def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False):
+    def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False, repeats=3):
         """Real steps of proposer `key` in one sampling mode at each row of `batch_sizes` and
-        k = 0..k_max, from the cache; a row that lacks any k is timed whole, ROUND_REPEATS
-        calls of `timer(key, b, ks, sampled) -> {k: (seconds, L)}`, each k at the medians."""
+        k = 0..k_max, from the cache; a row that lacks any k is timed whole, `repeats` calls of
+        `timer(key, b, ks, sampled) -> {k: (seconds, L)}`, each k at the medians (three: one
+        window can be 20% off on a shared machine; docs/adaptive.md section 5)."""
         ident = {"key": str(key), "sampled": sampled, "target": self.identities.get(None),
                  "model": self.identities.get(key), "version": ROUNDS_VERSION}
         d = None if remeasure else cache.load(ident, "rounds-")
         table = self.rounds[(key, sampled)] = RoundTable.from_json(d, d["contended"]) if d else RoundTable()
-        todo = [b for b in batch_sizes if any((b, k) not in table.points for k in range(self.k_max + 1))]
         ks = [*range(self.k_max + 1)]
+        todo = [b for b in batch_sizes if any((b, k) not in table.points for k in ks)]
         for b in todo:
-            runs = [timer(key, b, ks, sampled) for _ in range(ROUND_REPEATS)]
-            table.points.update({(b, k): (statistics.median(r[k][0] for r in runs),
-                                          statistics.median(r[k][1] for r in runs)) for k in ks})
+            runs = [timer(key, b, ks, sampled) for _ in range(repeats)]
+            table.points.update({(b, k): tuple(statistics.median(r[k][i] for r in runs) for i in (0, 1)) for k in ks})
             table.contended = table.contended or cache.contended()
         if todo:
             cache.save(ident, table.to_json(), table.contended, "rounds-")
@@ -113,8 +106,7 @@ class CostModel:
         """Forward-only seconds of a round: k draft steps and one verify forward of k + 1."""
         return self.t_target(b, k + 1, L) + k * self.t_draft(key, b, L)
 
-    def t_round(self, key: CostKey | None, b: float, k: int, L: float | None = None,
-                sampled: bool = False) -> float:
+    def t_round(self, key: CostKey | None, b: float, k: int, L: float | None = None, sampled=False) -> float:
         """Seconds of a real engine step drafting k: the round table, else the forwards alone."""
         L, table = self.target.l_ref if L is None else L, self.rounds.get((key, sampled))
         t = table.step(b, k, lambda bb, kk, LL: self.forward_round(key, bb, kk, LL), L) if table else None
