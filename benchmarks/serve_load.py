@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from specdec.analysis.remote import percentile
+from specdec.analysis.endpoint import percentile
 from specdec.analysis.workloads import WORKLOADS, load_workload
 from specdec.defaults import MODELS_DIR
 from specdec.models.tokenizer import Tokenizer

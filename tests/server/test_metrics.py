@@ -4,7 +4,7 @@ from __future__ import annotations
 import httpx
 
 from liveserver import live_server, wait_idle
-from specdec.analysis.remote import parse_metrics
+from specdec.analysis.endpoint import parse_metrics
 from specdec.config import SpecConfig
 
 
