@@ -142,6 +142,9 @@ def test_analyze_returns_what_results_json_holds(tiny_dirs, tmp_path):
     assert {(c["k"], c["batch"]) for c in res.cells} == {(1, 1), (2, 1)}
     assert res.errors["greedy_identical"] is True
     assert specdec.Analysis.load(tmp_path) == res
+    assert res.k_table is not None and res.paths["k_table"].exists()
+    from specdec.config import KTable
+    assert KTable.from_vllm(res.k_table["num_speculative_tokens_per_batch_size"]).rows[0][0] == 1
 
 
 def test_public_names_and_a_light_import():

@@ -43,7 +43,8 @@ class Analysis:
     errors: dict[str, Any]                # prediction errors and the greedy-identity check
     cells: list[dict[str, Any]]           # every measured (workload, k, batch, temperature)
     cost_model_table: Any = None
-    paths: dict[str, Path] = field(default_factory=dict)     # json, md, html
+    k_table: dict[str, Any] | None = None  # k by batch size, vLLM's mapping (k_table.json)
+    paths: dict[str, Path] = field(default_factory=dict)     # json, md, html, k_table
     extra: dict[str, Any] = field(default_factory=dict)      # keys this class does not name
 
     @classmethod
@@ -56,13 +57,15 @@ class Analysis:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ConfigError(f"cannot read analysis results {p}: {e}") from e
         named = {f.name for f in fields(cls)} - {"paths", "extra"}
-        missing = sorted(named - set(data) - {"cost_model_table"})
+        missing = sorted(named - set(data) - {"cost_model_table", "k_table"})
         if missing:
             raise ConfigError(f"{p} is not a specdec analysis: no {missing[0]!r}")
         folder = p.parent
+        paths = {"json": p, "md": folder / "report.md", "html": folder / "report.html"}
+        if (folder / "k_table.json").exists():
+            paths["k_table"] = folder / "k_table.json"
         return cls(**{k: v for k, v in data.items() if k in named},
-                   extra={k: v for k, v in data.items() if k not in named},
-                   paths={"json": p, "md": folder / "report.md", "html": folder / "report.html"})
+                   extra={k: v for k, v in data.items() if k not in named}, paths=paths)
 
     def to_dict(self) -> dict[str, Any]:
         """The results.json object."""
