@@ -154,6 +154,6 @@ def test_round_rows_are_priced_at_the_median_of_separate_timings():
         seen.append((key, b, tuple(ks), sampled))
         return next(calls)
     cm = CostModel.from_function(lambda b, q, L: 0.001, k_max=1)
-    cm.measure_rounds(timer, "draft", [1], False, remeasure=True)
+    cm.measure_rounds(timer, "draft", [1], False, remeasure=True, repeats=3)
     assert cm.rounds[("draft", False)].points == {(1, 0): (3.1, 100), (1, 1): (6.6, 110)}
     assert seen == [("draft", 1, (0, 1), False)] * 3
