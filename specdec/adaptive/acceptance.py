@@ -58,7 +58,8 @@ class AcceptanceTracker:
         """(n, k_max) E[a_j] for rows [0, n), each from its own mode's proposer means."""
         modes, s, f = self.rows_mode[:n], self.rows[:n, 0], self.rows[:n, 1]
         means = {md: self.proposer_means(key, md) for md in set(modes)}
-        prior = np.array([means[md] for md in modes]).reshape(n, self.k_max)
+        prior = (next(iter(means.values()))[None] if len(means) == 1                # one mode: (1, k_max)
+                 else np.array([means[md] for md in modes]).reshape(n, self.k_max))
         return (ROW_PRIOR_N * prior + s) / (ROW_PRIOR_N + s + f)
 
     def _reach(self, key, remaining: list[int]) -> np.ndarray:

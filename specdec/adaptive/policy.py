@@ -56,6 +56,7 @@ class AdaptiveK(KPolicy):
         self._k = self._idle = 0                  # the last round's k; plain rounds since drafting
         self._since, self._eval_b = RECHECK, 0    # rounds since the last evaluation, and its batch size
         self.last_choice: dict = {}               # for inspection: tokens, times, scores by k
+        self._tables: dict = {}                   # (b, key, sampled) -> _size_table
 
     def step_times(self, b: int, L: int, key, sampled: bool = False) -> np.ndarray:
         """(k_max + 1,) seconds of a round drafting k = 0..k_max: the cost model's t_round."""
@@ -73,12 +74,15 @@ class AdaptiveK(KPolicy):
         key, sampling = self.proposer.cost_key(), getattr(batch, "sampling", None)   # a list: greedy
         sampled = sampling is not None and not sampling.all_greedy
         L, remaining = max(len(s.token_ids) for s in batch), [max(1, r) for r in left]
-        tokens, times = self.acc.expected_tokens(key, remaining), self.step_times(b, L, key, sampled)
+        times = self.step_times(b, L, key, sampled)
         whole = min(self._idle, RECHECK) * self.cost.t_draft(key, b, L) if self._idle else 0.0
         catch_up = np.where(np.arange(self.k_max + 1) > 0, whole, 0.0)     # the draft model's, k > 0
         if getattr(batch, "draining", False) and b > 1:
-            score = 1.0 / (self._drain_seconds(b, L, key, sampled, remaining, times) + catch_up)
+            mean, var = self.acc.row_tokens(key, remaining)                 # (b, k_max+1) each
+            tokens = mean.sum(axis=0)
+            score = 1.0 / (self._drain_seconds(b, L, key, sampled, remaining, mean, var) + catch_up)
         else:
+            tokens = self.acc.expected_tokens(key, remaining)
             score = tokens / (times + catch_up / RECHECK)
         k = near_best(score)
         if k != self._k:
@@ -87,13 +91,22 @@ class AdaptiveK(KPolicy):
                             "times": (times + catch_up / RECHECK).tolist(), "score": score.tolist()}
         return k
 
-    def _drain_seconds(self, b, L, key, sampled, remaining, times) -> np.ndarray:
+    def _drain_seconds(self, b, L, key, sampled, remaining, mean, var) -> np.ndarray:
         """(k_max + 1,) expected seconds until the last row finishes (drain.py), with the steps
         at sizes 1, 2, 4, .. below b interpolated in between."""
-        sizes = grid_rows(b)
-        known = np.array([self.step_times(s, L, key, sampled) for s in sizes[:-1]] + [times])
-        step = np.stack([np.interp(np.arange(1, b + 1), sizes, col) for col in known.T], 1)    # (b, k_max+1)
-        return drain_seconds(*self.acc.row_tokens(key, remaining), remaining, step)
+        base, slope = self._size_table(b, key, sampled)                                # (b, k_max+1) each
+        return drain_seconds(mean, var, remaining, base + slope * (L - self.cost.target.l_ref))
+
+    def _size_table(self, b, key, sampled) -> tuple[np.ndarray, np.ndarray]:
+        """(base, slope), (b, k_max + 1) each: the round cost at sizes 1..b as base + slope *
+        (L - l_ref), interpolated between the measured sizes; memoized (the cost model is fixed)."""
+        c = (b, key, sampled)
+        if c not in self._tables:
+            sizes = grid_rows(b)
+            curves = [self.cost.curve(key, s, self.k_max, sampled) for s in sizes]
+            self._tables[c] = tuple(np.stack([np.interp(np.arange(1, b + 1), sizes, col) for col in part.T], 1)
+                                    for part in (np.array([cv[i] for cv in curves]) for i in (0, 1)))
+        return self._tables[c]
 
     def start(self, row, seq):
         self._since = RECHECK                        # a new request: evaluate at once

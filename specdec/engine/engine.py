@@ -227,26 +227,32 @@ class Engine:
         self.finished[seq.id] = seq
 
     def _retire(self) -> None:
-        """Drop finished rows, moving the last running row into each hole (rows stay [0, n))."""
+        """Drop finished rows, moving the last running row into each hole (rows stay [0, n)).
+        Finished rows at the end are dropped first, so no finished row is ever moved."""
         i = 0
         while i < len(self.running):
-            seq = self.running[i]
-            if not seq.finished:
+            while self.running and self.running[-1].finished:
+                self._drop(len(self.running) - 1)
+            if i >= len(self.running) or not self.running[i].finished:
                 i += 1
                 continue
-            last = len(self.running) - 1
+            last = len(self.running) - 1                  # running, since the loop above
             self.proposer.finish(i)
             self.policy.finish(i)
-            if i != last:
-                self.cache.move_row(last, i)
-                self.proposer.move_row(last, i)
-                self.policy.move_row(last, i)
-                self.running[i] = self.running[last]
-                self.running[i].row = i
-            else:
-                self.cache.reset(i)
-            self.running.pop()
+            self.cache.move_row(last, i)
+            self.proposer.move_row(last, i)
+            self.policy.move_row(last, i)
+            self.running[i] = self.running.pop()
+            self.running[i].row = i
             self._sampling = None
+
+    def _drop(self, row: int) -> None:
+        """Free the last row."""
+        self.proposer.finish(row)
+        self.policy.finish(row)
+        self.cache.reset(row)
+        self.running.pop()
+        self._sampling = None
 
     def _batch_sampling(self) -> BatchSampling:
         if self._sampling is None:
