@@ -37,8 +37,6 @@ def drain_seconds(mean: np.ndarray, var: np.ndarray, remaining, step: np.ndarray
     draws = (R / mu).T[:, None, :] + sd.T[:, None, :] * _normals(n)[None]   # (K+1, D, n)
     np.minimum(np.maximum(draws, (R / (np.arange(K1) + 1.0)).T[:, None, :], out=draws), R.T[:, None, :], out=draws)
     draws.sort(axis=2)                                                       # the i-th row to finish
-    # sum_i (n_(i) - n_(i-1)) t(n - i + 1) = sum_i n_(i) (t(n - i + 1) - t(n - i)), t(0) = 0: the
-    # mean over draws can then be taken before the sum
     t = step[::-1]                                                           # sizes n, n-1, .., 1
-    w = t - np.concatenate([t[1:], np.zeros((1, K1))])                       # (n, K+1)
-    return (draws.mean(axis=1) * w.T).sum(axis=1)
+    w = t - np.concatenate([t[1:], np.zeros((1, K1))])    # sum_i (n_(i) - n_(i-1)) t_i = sum_i n_(i) w_i
+    return (draws.mean(axis=1) * w.T).sum(axis=1)                            # so the mean comes first

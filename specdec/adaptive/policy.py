@@ -56,7 +56,7 @@ class AdaptiveK(KPolicy):
         self._k = self._idle = 0                  # the last round's k; plain rounds since drafting
         self._since, self._eval_b = RECHECK, 0    # rounds since the last evaluation, and its batch size
         self.last_choice: dict = {}               # for inspection: tokens, times, scores by k
-        self._tables: dict = {}                   # (b, key, sampled) -> _size_table
+        self._tables: dict = {}                   # (b, key, sampled) -> round costs at sizes 1..b
 
     def step_times(self, b: int, L: int, key, sampled: bool = False) -> np.ndarray:
         """(k_max + 1,) seconds of a round drafting k = 0..k_max: the cost model's t_round."""
@@ -79,8 +79,8 @@ class AdaptiveK(KPolicy):
         catch_up = np.where(np.arange(self.k_max + 1) > 0, whole, 0.0)     # the draft model's, k > 0
         if getattr(batch, "draining", False) and b > 1:
             mean, var = self.acc.row_tokens(key, remaining)                 # (b, k_max+1) each
-            tokens = mean.sum(axis=0)
-            score = 1.0 / (self._drain_seconds(b, L, key, sampled, remaining, mean, var) + catch_up)
+            tokens, drain = mean.sum(axis=0), self._drain_seconds(b, L, remaining, mean, var, key, sampled)
+            score = 1.0 / (drain + catch_up)
         else:
             tokens = self.acc.expected_tokens(key, remaining)
             score = tokens / (times + catch_up / RECHECK)
@@ -91,22 +91,17 @@ class AdaptiveK(KPolicy):
                             "times": (times + catch_up / RECHECK).tolist(), "score": score.tolist()}
         return k
 
-    def _drain_seconds(self, b, L, key, sampled, remaining, mean, var) -> np.ndarray:
-        """(k_max + 1,) expected seconds until the last row finishes (drain.py), with the steps
-        at sizes 1, 2, 4, .. below b interpolated in between."""
-        base, slope = self._size_table(b, key, sampled)                                # (b, k_max+1) each
-        return drain_seconds(mean, var, remaining, base + slope * (L - self.cost.target.l_ref))
-
-    def _size_table(self, b, key, sampled) -> tuple[np.ndarray, np.ndarray]:
-        """(base, slope), (b, k_max + 1) each: the round cost at sizes 1..b as base + slope *
-        (L - l_ref), interpolated between the measured sizes; memoized (the cost model is fixed)."""
-        c = (b, key, sampled)
-        if c not in self._tables:
+    def _drain_seconds(self, b, L, remaining, mean, var, key, sampled) -> np.ndarray:
+        """(k_max + 1,) expected seconds until the last row finishes (drain.py). A round at sizes
+        1..b costs base + slope * (L - l_ref), interpolated between the measured sizes 1, 2, 4, ..,
+        b: a table memoized per (b, key, sampled), since the cost model does not change."""
+        if (b, key, sampled) not in self._tables:
             sizes = grid_rows(b)
-            curves = [self.cost.curve(key, s, self.k_max, sampled) for s in sizes]
-            self._tables[c] = tuple(np.stack([np.interp(np.arange(1, b + 1), sizes, col) for col in part.T], 1)
-                                    for part in (np.array([cv[i] for cv in curves]) for i in (0, 1)))
-        return self._tables[c]
+            curves = np.array([self.cost.curve(key, s, self.k_max, sampled) for s in sizes])  # (S, 2, k_max+1)
+            self._tables[b, key, sampled] = np.apply_along_axis(
+                lambda col: np.interp(np.arange(1, b + 1), sizes, col), 0, curves)         # (b, 2, k_max+1)
+        table = self._tables[b, key, sampled]
+        return drain_seconds(mean, var, remaining, table[:, 0] + table[:, 1] * (L - self.cost.target.l_ref))
 
     def start(self, row, seq):
         self._since = RECHECK                        # a new request: evaluate at once

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import cache
 from .key import CostKey
-from .profiling import ModelProfile, grid_rows
+from .profiling import ModelProfile
 from .rounds import RoundTable
 
 DRAFT_KEY = CostKey("draft", "draft")   # a draft model's key under its default name
@@ -63,17 +63,6 @@ class CostModel:
                     cache.save(ident, {"profile": p.to_json()}, p.contended)
             profiles[key] = by_hash[h]
         return cls(profiles.pop(None), profiles, k_max, identities)
-
-    @classmethod
-    def from_function(cls, target_fn, draft_fns: dict | None = None, k_max: int = 8,
-                      batch_sizes=tuple(grid_rows(64)), l_ref: int = 128, l_long: int = 512) -> "CostModel":
-        """A synthetic cost model: target_fn(b, q, L) and draft_fns[key](b, L) in seconds (key a
-        CostKey or its string, "draft:draft"), sampled on the grid a measurement would use."""
-        grid = [(L, b, q) for b in batch_sizes for L in (l_ref, l_long) for q in range(1, k_max + 2)]
-        target = ModelProfile(l_ref, l_long, {(L, b, q): float(target_fn(b, q, L)) for L, b, q in grid})
-        drafts = {k: ModelProfile(l_ref, l_long, {(L, b, 1): float(fn(b, L)) for L, b, q in grid if q == 1})
-                  for k, fn in (draft_fns or {}).items()}
-        return cls(target, drafts, k_max)
 
     def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False, repeats=3):
         """Real steps of proposer `key` in one sampling mode at each row of `batch_sizes` and

@@ -5,23 +5,24 @@ import numpy as np
 
 from specdec.adaptive.policy import AdaptiveK, near_best
 from specdec.config import SamplingParams
-from specdec.costs.cost_model import DRAFT_KEY, CostModel
+from specdec.costs.cost_model import DRAFT_KEY
 from specdec.costs.key import CostKey
 from specdec.engine.round import RoundResult
 from specdec.engine.sequence import Sequence
 from specdec.proposers.base import Proposer
+from tests.synthetic_costs import synthetic_cost_model
 
 K_MAX = 8
 # memory-bound: a forward costs the weight read, scoring more positions is nearly free
-MEMORY_BOUND = CostModel.from_function(lambda b, q, L: 0.010 + 0.0002 * b * q,
+MEMORY_BOUND = synthetic_cost_model(lambda b, q, L: 0.010 + 0.0002 * b * q,
                                        {"draft:draft": lambda b, L: 0.0005}, k_max=K_MAX)
 # compute-bound: cost proportional to the positions scored
-COMPUTE_BOUND = CostModel.from_function(lambda b, q, L: 0.001 * b * q,
+COMPUTE_BOUND = synthetic_cost_model(lambda b, q, L: 0.001 * b * q,
                                         {"draft:draft": lambda b, L: 0.0001 * b}, k_max=K_MAX)
 # batch 1, no draft model (an n-gram-like proposer): a round verifying k drafts costs
 # 10 ms + 4 ms per draft, so with every position accepted w.p. alpha
 #   rate(k) = (1 - alpha^(k+1)) / (1 - alpha) / (0.010 + 0.004 k)
-LINEAR = CostModel.from_function(lambda b, q, L: b * (0.010 + 0.004 * (q - 1)), k_max=K_MAX)
+LINEAR = synthetic_cost_model(lambda b, q, L: b * (0.010 + 0.004 * (q - 1)), k_max=K_MAX)
 
 
 def exact_choice(alpha: float) -> int:

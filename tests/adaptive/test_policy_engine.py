@@ -8,11 +8,12 @@ import pytest
 from specdec.adaptive.policy import AdaptiveK
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
-from specdec.costs.cost_model import DRAFT_KEY, CostModel
+from specdec.costs.cost_model import DRAFT_KEY
 from specdec.engine.engine import Engine
 
 from tests.adaptive.fakes import K_MAX
 from tests.conftest import random_prompts
+from tests.synthetic_costs import synthetic_cost_model
 
 
 def _spy_run(target, draft, params: list[SamplingParams]):
@@ -27,7 +28,7 @@ def _spy_run(target, draft, params: list[SamplingParams]):
             super().observe(r)
 
     spec = SpecConfig(method="draft", k="auto", k_max=4)
-    cost = CostModel.from_function(lambda b, q, L: 0.010 + 0.0002 * b * q,
+    cost = synthetic_cost_model(lambda b, q, L: 0.010 + 0.0002 * b * q,
                                    {"draft:draft": lambda b, L: 0.0005}, k_max=4)
     eng = make_engine(Models(target, None, draft), spec, EngineConfig(max_batch=len(params), max_model_len=128),
                       cost_model=cost)
@@ -73,7 +74,7 @@ def test_continuous_batching_matches_each_request_alone(tiny_target, k):
     limits = [5, 17, 9, 30, 3, 12, 21]
     eng = make_engine(Models(tiny_target, None, tiny_target), SpecConfig(method="draft", k=k, k_max=K_MAX),
                       EngineConfig(max_batch=3, max_model_len=256),
-                      cost_model=CostModel.from_function(lambda b, q, L: 0.01 + 1e-4 * b * q,
+                      cost_model=synthetic_cost_model(lambda b, q, L: 0.01 + 1e-4 * b * q,
                                                          {"draft:draft": lambda b, L: 1e-4}, k_max=K_MAX))
     seqs = [eng.add_request(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts[:4], limits[:4])]
     done = {}
@@ -101,7 +102,7 @@ def test_building_an_auto_engine_with_a_cost_model_times_nothing(tiny_target, ti
         raise AssertionError("timed the machine while building")
     monkeypatch.setattr(profiling, "time_forwards", forbidden)
     monkeypatch.setattr(calibrate, "Engine", forbidden)
-    cost = CostModel.from_function(lambda b, q, L: 0.01 + 1e-4 * b * q, {"draft:draft": lambda b, L: 1e-4},
+    cost = synthetic_cost_model(lambda b, q, L: 0.01 + 1e-4 * b * q, {"draft:draft": lambda b, L: 1e-4},
                                    k_max=4)
     eng = make_engine(Models(tiny_target, None, tiny_draft), SpecConfig(method="draft", k="auto", k_max=4),
                       EngineConfig(max_batch=2, max_model_len=64), cost_model=cost)

@@ -9,6 +9,7 @@ from specdec.analysis import interval as I
 from specdec.analysis.extend import extend_wide, groups_needed
 from specdec.analysis.in_run import offset, shifted
 from specdec.analysis.regimes import best_predicted, headline, regimes
+from tests.synthetic_costs import synthetic_cost_model
 
 
 def test_stretches_pair_steps_by_progress():
@@ -144,7 +145,6 @@ def test_regime_rule_ties_and_fallbacks():
 
 
 def test_round_rows_are_priced_at_the_median_of_separate_timings():
-    from specdec.costs.cost_model import CostModel
     # the second call's k = 0 reference was caught in a slow spell (its rounds look cheap
     # relative to it); the median of three calls ignores it
     calls = iter([{0: (3.0, 100), 1: (6.6, 110)}, {0: (3.9, 100), 1: (6.7, 110)}, {0: (3.1, 100), 1: (6.5, 112)}])
@@ -153,7 +153,7 @@ def test_round_rows_are_priced_at_the_median_of_separate_timings():
     def timer(key, b, ks, sampled):
         seen.append((key, b, tuple(ks), sampled))
         return next(calls)
-    cm = CostModel.from_function(lambda b, q, L: 0.001, k_max=1)
+    cm = synthetic_cost_model(lambda b, q, L: 0.001, k_max=1)
     cm.measure_rounds(timer, "draft", [1], False, remeasure=True, repeats=3)
     assert cm.rounds[("draft", False)].points == {(1, 0): (3.1, 100), (1, 1): (6.6, 110)}
     assert seen == [("draft", 1, (0, 1), False)] * 3

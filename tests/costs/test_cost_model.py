@@ -14,6 +14,7 @@ from specdec.costs.key import CostKey
 from specdec.costs.profiling import ModelProfile, grid_rows
 from specdec.costs.report import cost_table
 from tests.conftest import make_model, perturbed
+from tests.synthetic_costs import synthetic_cost_model
 
 FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
 
@@ -32,7 +33,7 @@ def test_grid_rows():
 
 def test_interpolation_is_exact_for_a_bilinear_cost_with_a_kv_term():
     f = lambda b, q, L: 0.004 + 0.0003 * b + 0.0002 * q + 0.0001 * b * q + 2e-7 * b * L   # noqa: E731
-    cm = CostModel.from_function(f, {"draft:x": lambda b, L: 0.001 + 1e-5 * b}, k_max=8)
+    cm = synthetic_cost_model(f, {"draft:x": lambda b, L: 0.001 + 1e-5 * b}, k_max=8)
     for b, q, L in [(3, 2.5, 300), (48, 7, 700), (1, 9, 128), (100, 4, 200), (12, 1, 50)]:
         assert cm.t_target(b, q, L) == pytest.approx(f(b, q, L), rel=1e-9)
     assert cm.t_target(5, 3) == pytest.approx(f(5, 3, 128))          # L defaults to l_ref
@@ -49,12 +50,12 @@ def test_the_kv_term_never_falls_nor_goes_below_zero():
     p = ModelProfile(128, 512, {(128, 1, 1): 1.0, (512, 1, 1): 0.8, (128, 2, 1): 1.0, (512, 2, 1): 9.0})
     assert p.t(1, 1, 1000) == pytest.approx(1.0)                              # flat, not falling
     assert p.t(2, 1, 0) == pytest.approx(0.0) and p.per_token(2, 1) == pytest.approx(1 / 128)
-    assert CostModel.from_function(lambda b, q, L: 0.01 * q, k_max=4).t_target(8, 3, 1000) == pytest.approx(0.03)
+    assert synthetic_cost_model(lambda b, q, L: 0.01 * q, k_max=4).t_target(8, 3, 1000) == pytest.approx(0.03)
 
 
 def test_curve_matches_the_pointwise_model():
     f = lambda b, q, L: 0.004 + 0.0001 * b * q + 2e-7 * b * L         # noqa: E731
-    cm = CostModel.from_function(f, {"d": lambda b, L: 0.001 + 1e-6 * L}, k_max=4)
+    cm = synthetic_cost_model(f, {"d": lambda b, L: 0.001 + 1e-6 * L}, k_max=4)
     base, slope = cm.curve(CostKey("d"), 8, k_max=6)                   # k beyond k_max extrapolates
     for k in range(7):
         want = cm.t_target(8, k + 1, 400) + k * cm.t_draft("d", 8, 400)

@@ -9,16 +9,16 @@ from scipy.stats import chisquare
 
 from specdec.build import Models, load_models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
-from specdec.costs.cost_model import CostModel
 from specdec.models.cuda_graphs import CudaGraphs
 from specdec.models.linear import LinearKernel
 from tests.conftest import make_model, perturbed, random_prompts
 from tests.engine.test_coupling import _law3
 from tests.engine.test_invariance import CHUNKS, NEW, _prompt_lengths, _score
+from tests.synthetic_costs import synthetic_cost_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 # k = "auto" without timing the GPU
-AUTO_COST = CostModel.from_function(lambda b, q, L: 0.01 + 1e-4 * b * q, {"draft:draft": lambda b, L: 1e-4}, k_max=8)
+AUTO_COST = synthetic_cost_model(lambda b, q, L: 0.01 + 1e-4 * b * q, {"draft:draft": lambda b, L: 1e-4}, k_max=8)
 
 
 def _on_cuda(model, exact=True):

@@ -11,13 +11,13 @@ from scipy.stats import chisquare
 
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
-from specdec.costs.cost_model import CostModel
 from specdec.errors import ConfigError
 from specdec.verify.coupling import CoupledNoise, gumbel, position_seed
 from tests.conftest import make_model, perturbed, random_prompts
+from tests.synthetic_costs import synthetic_cost_model
 
 # a synthetic cost model: k = "auto" builds without timing the machine, and drafts
-AUTO_COST = CostModel.from_function(lambda b, q, L: 0.01 + 1e-4 * b * q, {"draft:draft": lambda b, L: 1e-4}, k_max=8)
+AUTO_COST = synthetic_cost_model(lambda b, q, L: 0.01 + 1e-4 * b * q, {"draft:draft": lambda b, L: 1e-4}, k_max=8)
 
 
 def _decode(target, draft, spec, prompts, params, max_batch, order=None):
