@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .api import LLM, Analysis, RequestOutput, SpecStats, analyze
     from .config import EngineConfig, SamplingParams, SpecConfig
-    from .errors import CheckpointError, ConfigError, PromptError, SpecdecError
+    from .errors import CheckpointError, ConfigError, PromptError, ResourceError, SpecdecError
 
 # public name -> the module that defines it
 _EXPORTS = {
@@ -22,7 +22,7 @@ _EXPORTS = {
     "SpecStats": "specdec.api", "analyze": "specdec.api",
     "SamplingParams": "specdec.config", "SpecConfig": "specdec.config", "EngineConfig": "specdec.config",
     "SpecdecError": "specdec.errors", "CheckpointError": "specdec.errors", "ConfigError": "specdec.errors",
-    "PromptError": "specdec.errors",
+    "PromptError": "specdec.errors", "ResourceError": "specdec.errors",
 }
 
 __all__ = sorted(_EXPORTS)

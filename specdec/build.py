@@ -28,6 +28,7 @@ from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy
 from .errors import CheckpointError, ConfigError
 from .models.llama import LlamaModel
+from .models.memory import require
 from .models.loader import load_model, load_tokenizer
 from .models.tokenizer import Tokenizer
 from .proposers import create as create_proposer
@@ -138,8 +139,18 @@ def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
     if config.max_model_len > models.target.config.max_position_embeddings:
         config = replace(config, max_model_len=models.target.config.max_position_embeddings)
     spec = resolve_spec(models.target, spec)
+    require_cache_memory(models, spec, config)
     method = spec.method if spec.k != 0 else "none"
     proposer = create_proposer(method, models.target, spec, draft_model=models.draft,
                                rows=config.max_batch, max_len=cache_length(config, spec))
     policy = make_policy(spec, proposer, models.target, models.draft, cost_model, config.max_batch)
     return Engine(models.target, spec, config, proposer=proposer, policy=policy)
+
+
+def require_cache_memory(models: Models, spec: SpecConfig, config: EngineConfig) -> None:
+    """Refuse (ResourceError) an engine whose KV caches, the target's and the draft's, would
+    not fit in the memory free now: checked before either is allocated or anything measured."""
+    n = cache_length(config, spec)
+    need = sum(m.cache_bytes(config.max_batch, n) for m in (models.target, models.draft) if m is not None)
+    require(need, f"the KV caches for --max-batch {config.max_batch} x --max-model-len {config.max_model_len}",
+            "lower --max-batch or --max-model-len", models.target.device)

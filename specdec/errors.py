@@ -15,3 +15,7 @@ class ConfigError(SpecdecError, ValueError):
 
 class PromptError(SpecdecError, ValueError):
     """An empty or over-long prompt, or malformed prompt input."""
+
+
+class ResourceError(SpecdecError):
+    """A model or KV cache that would not fit in the memory available."""

@@ -51,7 +51,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import uvicorn
 
-    from ..build import load_models
+    from ..build import load_models, require_cache_memory, resolve_spec
+    from ..config import EngineConfig
     from ..server.app import ServerConfig, create_app
 
     if args.method and args.method != "draft" and args.draft is not None:
@@ -68,6 +69,9 @@ def run(args) -> int:
         draft = None
     models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
     spec = spec_from_args(args, has_draft=models.draft is not None)
+    longest = models.target.config.max_position_embeddings
+    mml = min(args.max_model_len or longest, longest)
+    require_cache_memory(models, resolve_spec(models.target, spec), EngineConfig(max_batch=args.max_batch, max_model_len=mml))
     cfg = ServerConfig(spec=spec, max_batch=args.max_batch, max_queue=args.max_queue,
                        max_model_len=args.max_model_len, api_key=args.api_key,
                        request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes,

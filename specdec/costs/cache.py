@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..defaults import cache_dir
+from .load import busy_now
 
 
 def _cpu_name() -> str:
@@ -30,11 +30,9 @@ def _cpu_name() -> str:
 
 
 def contended() -> bool:
-    """More runnable tasks than cores over the last minute: someone else competes with us."""
-    try:
-        return os.getloadavg()[0] > (os.cpu_count() or 1)
-    except OSError:
-        return False
+    """Someone else competes with us for the cores now (costs/load.py: sampled directly, so
+    that this process's own timing just before does not count)."""
+    return busy_now()
 
 
 def normal(obj):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from .memory import cache_bytes, require
+
 
 class KVCache:
     """Keys and values for `rows` sequences of up to `max_len` positions.
@@ -16,6 +18,9 @@ class KVCache:
     def __init__(self, num_layers: int, rows: int, kv_heads: int, max_len: int, head_dim: int,
                  dtype=torch.float32, device="cpu"):
         shape = (rows, kv_heads, max_len, head_dim)
+        require(cache_bytes(num_layers, rows, kv_heads, max_len, head_dim, dtype),
+                f"a KV cache of {rows} rows x {max_len} positions", "lower --max-batch or --max-model-len",
+                torch.device(device))
         # zeros, not empty: masked positions are multiplied by 0 and must never be NaN.
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 from .kv_cache import KVCache
+from .memory import cache_bytes
 from . import native
 from .linear import LinearKernel, fallback_kernel
 
@@ -217,6 +218,12 @@ class LlamaModel(nn.Module):
             x = layer(x, cos, sin, i, cache, positions, mask)
         x = self.model.norm(x)
         return x if hidden_only else self.lm_head(x)                         # (B, T, V)
+
+    def cache_bytes(self, rows: int, max_len: int, num_layers: int | None = None) -> int:
+        """Bytes of `new_cache(rows, max_len, num_layers)`."""
+        c = self.config
+        return cache_bytes(num_layers or c.num_hidden_layers, rows, c.num_key_value_heads, max_len, c.head_dim,
+                           self.lm_head.weight.dtype)
 
     def new_cache(self, rows: int, max_len: int, num_layers: int | None = None) -> KVCache:
         c = self.config

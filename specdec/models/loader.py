@@ -18,6 +18,7 @@ from ..errors import CheckpointError, ConfigError
 from .config import ModelConfig
 from .llama import LlamaModel
 from .linear import choose_kernel
+from .memory import check_checkpoint
 from .tokenizer import Tokenizer
 
 
@@ -48,6 +49,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {path}")
     cfg = ModelConfig.from_file(path / "config.json")
+    check_checkpoint(path, device)                       # before any weight is read
     sd = _read_state_dict(path)
     model = LlamaModel(cfg)
     if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):

@@ -1,0 +1,59 @@
+"""How busy the machine is, from other processes' CPU use sampled directly.
+
+The 1-minute load average lags, and it counts this process too: right after two threads of
+timing on a 2-core machine it reads about 2, although nobody else ran. So other processes'
+use is sampled over a short window in which this process sleeps (Linux's /proc/stat;
+elsewhere only the load average is known). Used to mark cost tables timed on a busy machine
+(costs/cache.py) and to size an analysis's threads (analysis/machine_load.py).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+WINDOW_S = 0.5      # how long the direct sample watches: long enough for a busy loop to show fully
+HELD = 0.5          # a core counts as taken when other processes use more than half of it
+NOW_S = 0.2         # busy_now's window, paid after every timed cost-table row: 20 ticks of a
+                    # 100 Hz clock per CPU still show a busy loop whole
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS does not report one)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies over all CPUs from /proc/stat, or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)          # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def busy_cores(window_s: float = WINDOW_S) -> float | None:
+    """Cores in use by other processes, sampled over `window_s` while this one sleeps; the
+    load average where /proc/stat is missing (None if neither is known)."""
+    a = _cpu_times()
+    if a is None:
+        return load_average()
+    time.sleep(window_s)
+    b = _cpu_times()
+    if b is None or b[1] == a[1]:
+        return load_average()
+    return (b[0] - a[0]) / (b[1] - a[1]) * (os.cpu_count() or 1)
+
+
+def busy_now(window_s: float = NOW_S) -> bool:
+    """Other processes hold a core (more than HELD of it) now; without /proc/stat, the load
+    average exceeds the cores (this process's own threads count there)."""
+    if _cpu_times() is None:
+        load = load_average()
+        return load is not None and load > (os.cpu_count() or 1)
+    busy = busy_cores(window_s)
+    return busy is not None and busy > HELD

@@ -1,0 +1,112 @@
+"""Will it fit? The bytes a checkpoint and a KV cache need, against the memory available.
+
+Checked before anything large is allocated, so that an over-size model or cache is refused
+with one clear line (a ResourceError: exit code 2) instead of the machine swapping, or the
+process being killed half-way through a load.
+
+- **Available** is the smallest of what the kernel reports (`MemAvailable`) and what the
+  process's cgroup still allows (v2 `memory.max` - `memory.current`, or v1's limit - usage);
+  on CUDA, the device's free memory. Where none is known, nothing is refused.
+- **A checkpoint's load** needs its weights as stored (read whole by safetensors) plus
+  LOAD_FP32_COPIES float32 copies of every parameter (see below). The shapes come from the
+  safetensors headers, so nothing is read before the check.
+- **A KV cache** needs 2 x layers x rows x kv_heads x max_len x head_dim elements; it is
+  zero-filled when allocated, so all of it is touched at once.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..errors import ResourceError
+
+# float32 copies of the parameters at the peak of a CPU load: the freshly built module, the
+# upcast state dict (a copy only when stored in fp16/bf16) and the packed weights of the linear
+# kernel and of the compiled decoder. Measured on the bundled target (stored in 16 bits): peak
+# RSS = stored + 2.55 float32 copies with the compiled decoder, 2.22 without; 3 leaves a margin
+# (tests/models/test_memory.py::test_the_load_estimate_covers_a_real_load checks both bounds).
+LOAD_FP32_COPIES = 3
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return int(text) if text.isdigit() else None           # "max": no limit
+
+
+def host_available() -> int | None:
+    """Bytes this process may still allocate on the host; None where nothing is known."""
+    known = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                known.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        lim, used = _read_int(limit), _read_int(usage)
+        if lim is not None and used is not None and lim < 1 << 60:     # v1 reports "no limit" as ~2^63
+            known.append(max(0, lim - used))
+    return min(known) if known else None
+
+
+def available(device: torch.device) -> int | None:
+    """Bytes free for new tensors on `device` (host memory for the CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return host_available()
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def require(need: int, what: str, fix: str, device: torch.device) -> None:
+    """Raise ResourceError when `need` bytes for `what` exceed what `device` has free."""
+    have = available(device)
+    if have is not None and need > have:
+        where = "on the GPU" if device.type == "cuda" else "in host memory"
+        raise ResourceError(f"{what} needs about {gib(need)}, but only {gib(have)} is available {where}; {fix}")
+
+
+def checkpoint_bytes(path: Path) -> tuple[int, int] | None:
+    """(parameters, bytes as stored) from the safetensors headers of checkpoint `path`; None if
+    they cannot be read (the load then reports what is wrong)."""
+    from safetensors import safe_open
+    index = path / "model.safetensors.index.json"
+    try:
+        files = ([path / "model.safetensors"] if not index.exists() else
+                 [path / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))])
+        numel = 0
+        for f in files:
+            with safe_open(str(f), framework="pt") as st:
+                for name in st.keys():
+                    n = 1
+                    for d in st.get_slice(name).get_shape():
+                        n *= d
+                    numel += n
+        return numel, sum(f.stat().st_size for f in files)
+    except Exception:                                       # noqa: BLE001 - any unreadable header
+        return None
+
+
+def check_checkpoint(path: Path, device: str) -> None:
+    """Refuse to load checkpoint `path` if its load would not fit (see the module docstring)."""
+    sizes = checkpoint_bytes(path)
+    if sizes is None:
+        return
+    numel, stored = sizes
+    need = stored + LOAD_FP32_COPIES * 4 * numel
+    require(need, f"loading {path.name} ({numel / 1e9:.2f}B parameters as float32)",
+            "use a smaller model or free memory", torch.device("cpu"))
+    if torch.device(device).type == "cuda":
+        require(2 * 4 * numel, f"{path.name}'s weights", "use a smaller model", torch.device(device))
+
+
+def cache_bytes(num_layers: int, rows: int, kv_heads: int, max_len: int, head_dim: int, dtype) -> int:
+    return 2 * num_layers * rows * kv_heads * max_len * head_dim * torch.tensor([], dtype=dtype).element_size()
