@@ -1,6 +1,6 @@
 """How busy the machine is before an analysis starts, and how many threads that leaves it.
 
-The cores other processes use are sampled directly (costs/load.py). A forward on 2 OpenMP
+The cores other processes use are sampled directly (cpu_load.py). A forward on 2 OpenMP
 threads with one core taken by another process waits at every barrier for the thread that
 shares that core: in a quick analysis with a Python busy loop on one of 2 cores, every
 cell's 95% interval stayed wider than +-10% (median half-width 37%), so the analysis then
@@ -8,7 +8,7 @@ runs on the cores that are free.
 """
 from __future__ import annotations
 
-from ..costs.load import HELD
+from ..cpu_load import HELD
 
 BUSY = 0.5          # cores in use per CPU above which the machine is busy (half the cores taken)
 

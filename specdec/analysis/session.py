@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..build import make_engine
 from ..adaptive.calibrate import round_timer
 from .costs import load_costs
-from ..costs.load import busy_cores, load_average
+from ..cpu_load import busy_cores, load_average
 from .machine_load import busy_warning, free_threads
 from .measure import Plan, plan_cells, run_plan
 from .regimes import HARD, PREDICTABLE

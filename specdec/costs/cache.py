@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..defaults import cache_dir
-from .load import busy_now
+from ..cpu_load import busy_now
 
 
 def _cpu_name() -> str:
@@ -30,7 +30,7 @@ def _cpu_name() -> str:
 
 
 def contended() -> bool:
-    """Someone else competes with us for the cores now (costs/load.py: sampled directly, so
+    """Someone else competes with us for the cores now (cpu_load.py: sampled directly, so
     that this process's own timing just before does not count)."""
     return busy_now()
 

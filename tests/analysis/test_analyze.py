@@ -144,7 +144,7 @@ def test_threads_leave_the_cores_other_processes_hold():
 
 def test_a_busy_loop_shows_in_the_direct_sample():
     import multiprocessing as mp
-    from specdec.costs.load import busy_cores
+    from specdec.cpu_load import busy_cores
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     proc = ctx.Process(target=_spin, args=(stop,))

@@ -146,7 +146,7 @@ def test_our_own_timing_does_not_mark_a_table_contended():
     """Right after this process kept two cores busy (the 1-minute load average then reads
     about 2 on a 2-core machine, which the former rule took for contention), the machine
     reads as quiet: only other processes count."""
-    from specdec.costs.load import busy_cores
+    from specdec.cpu_load import busy_cores
     if (busy_cores() or 0.0) > 0.3:
         pytest.skip("other processes are busy: the quiet reading cannot be checked")
     threads, x = torch.get_num_threads(), torch.randn(512, 512)
