@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..defaults import cache_dir
-from ..cpu_load import busy_now
+from ..cpu_load import busy_now, others_busy
 
 
 def _cpu_name() -> str:
@@ -29,10 +29,11 @@ def _cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
-def contended() -> bool:
-    """Someone else competes with us for the cores now (cpu_load.py: sampled directly, so
-    that this process's own timing just before does not count)."""
-    return busy_now()
+def contended(since=None) -> bool:
+    """Someone else competed with us for the cores since `since` (a cpu_load.snapshot() taken
+    before timing: only other processes' CPU time counts, not this one's), or, without it,
+    competes now (sampled while we sleep)."""
+    return others_busy(since) if since is not None else busy_now()
 
 
 def normal(obj):
@@ -73,8 +74,8 @@ def load(identity: dict, prefix: str = "") -> dict | None:
 
 
 def save(identity: dict, table: dict, busy: bool, prefix: str = "") -> None:
-    """Write `table` for `identity`, marked contended if `busy` or the machine is busy now."""
+    """Write `table` for `identity`, marked contended if `busy` (see `contended`)."""
     path = cache_path(identity, prefix)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**table, "identity": normal(identity), "contended": busy or contended()}))
+    tmp.write_text(json.dumps({**table, "identity": normal(identity), "contended": busy}))
     tmp.replace(path)

@@ -16,6 +16,7 @@ import statistics
 import numpy as np
 
 from . import cache
+from ..cpu_load import snapshot
 from .key import CostKey
 from .profiling import ModelProfile
 from .rounds import RoundTable
@@ -58,8 +59,9 @@ class CostModel:
                 same = d is not None and (d["profile"]["l_ref"], d["profile"]["l_long"]) == (l_ref, l_long)
                 p = ModelProfile.from_json(d["profile"], d["contended"]) if same else ModelProfile(l_ref, l_long)
                 by_hash[h] = p
+                since = snapshot()
                 if p.measure(model, list(batch_sizes), 1 if key else k_max + 1, layers, **(timing or {})):
-                    p.contended = p.contended or cache.contended()
+                    p.contended = p.contended or cache.contended(since)
                     cache.save(ident, {"profile": p.to_json()}, p.contended)
             profiles[key] = by_hash[h]
         return cls(profiles.pop(None), profiles, k_max, identities)
@@ -76,9 +78,10 @@ class CostModel:
         ks = [*range(self.k_max + 1)]
         todo = [b for b in batch_sizes if any((b, k) not in table.points for k in ks)]
         for b in todo:
+            since = snapshot()
             runs = [timer(key, b, ks, sampled) for _ in range(repeats)]
             table.points.update({(b, k): tuple(statistics.median(r[k][i] for r in runs) for i in (0, 1)) for k in ks})
-            table.contended = table.contended or cache.contended()
+            table.contended = table.contended or cache.contended(since)
         if todo:
             cache.save(ident, table.to_json(), table.contended, "rounds-")
         self._curves.clear()

@@ -23,7 +23,7 @@ FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    monkeypatch.setattr(cm_mod, "contended", lambda: False)    # the machine's load is not under test
+    monkeypatch.setattr(cm_mod, "contended", lambda since=None: False)    # the machine's load is not under test
     return tmp_path
 
 
@@ -129,7 +129,7 @@ def test_profile_command_measures_and_prints(cache, tiny_dirs, capsys):
 
 
 def test_table_measured_under_contention_is_remeasured_when_quiet(cache, tiny_target, monkeypatch):
-    monkeypatch.setattr(cm_mod, "contended", lambda: True)
+    monkeypatch.setattr(cm_mod, "contended", lambda since=None: True)
     CostModel.load_or_measure(tiny_target, k_max=1, timing=FAST)
     assert json.loads(cache_path(model_identity(tiny_target)).read_text())["contended"]
     calls = []
@@ -137,24 +137,39 @@ def test_table_measured_under_contention_is_remeasured_when_quiet(cache, tiny_ta
     monkeypatch.setattr(profiling, "time_forwards", lambda *a, **k: calls.append(a) or real(*a, **k))
     busy = CostModel.load_or_measure(tiny_target, k_max=1, timing=FAST)
     assert not calls and cost_table(busy)["contended"]           # still busy: keep the old table
-    monkeypatch.setattr(cm_mod, "contended", lambda: False)
+    monkeypatch.setattr(cm_mod, "contended", lambda since=None: False)
     quiet = CostModel.load_or_measure(tiny_target, k_max=1, timing=FAST)
     assert calls and not cost_table(quiet)["contended"]
 
 
-def test_our_own_timing_does_not_mark_a_table_contended():
-    """Right after this process kept two cores busy (the 1-minute load average then reads
-    about 2 on a 2-core machine, which the former rule took for contention), the machine
-    reads as quiet: only other processes count."""
-    from specdec.cpu_load import busy_cores
+def test_only_other_processes_mark_a_timing_window_contended():
+    """Our own two busy threads over a window (which drive the 1-minute load average to about
+    2 on a 2-core machine: the former rule's contention) do not mark it contended; a spawned
+    busy loop does."""
+    import subprocess
+    import sys
+    from specdec.cpu_load import busy_cores, snapshot
     if (busy_cores() or 0.0) > 0.3:
         pytest.skip("other processes are busy: the quiet reading cannot be checked")
-    threads, x = torch.get_num_threads(), torch.randn(512, 512)
-    torch.set_num_threads(2)
+
+    def spin(seconds):
+        threads, x = torch.get_num_threads(), torch.randn(512, 512)
+        torch.set_num_threads(2)
+        try:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                x = (x @ x).clamp_(-1, 1)
+        finally:
+            torch.set_num_threads(threads)
+    since = snapshot()
+    spin(1.5)
+    assert not cm_mod.contended(since)
+    other = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"])
     try:
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 2.0:
-            x = (x @ x).clamp_(-1, 1)
+        time.sleep(0.3)
+        since = snapshot()
+        time.sleep(1.0)
+        assert cm_mod.contended(since)
     finally:
-        torch.set_num_threads(threads)
-    assert not cm_mod.contended()
+        other.kill()
+        other.wait()

@@ -19,7 +19,7 @@ ZERO = lambda b, k, L: 0.0                                          # noqa: E731
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    monkeypatch.setattr(cm_mod, "contended", lambda: False)
+    monkeypatch.setattr(cm_mod, "contended", lambda since=None: False)
     return tmp_path
 
 
@@ -127,12 +127,12 @@ def test_measure_rounds_times_whole_rows_and_caches_them(cache, tiny_target, tin
 
 def test_a_round_table_from_a_busy_machine_is_timed_again_when_quiet(cache, tiny_target, tiny_draft, monkeypatch):
     cm = CostModel.load_or_measure(tiny_target, tiny_draft, k_max=2, timing=FAST)
-    monkeypatch.setattr(cm_mod, "contended", lambda: True)
+    monkeypatch.setattr(cm_mod, "contended", lambda since=None: True)
     calls = []
     cm.measure_rounds(_timer(calls), DRAFT_KEY, [1], sampled=True)
     cm.measure_rounds(_timer(calls), DRAFT_KEY, [1], sampled=True)
     assert len(calls) == 1 and cm.rounds[(DRAFT_KEY, True)].contended
-    monkeypatch.setattr(cm_mod, "contended", lambda: False)
+    monkeypatch.setattr(cm_mod, "contended", lambda since=None: False)
     cm.measure_rounds(_timer(calls), DRAFT_KEY, [1], sampled=True)
     assert len(calls) == 2 and not cm.rounds[(DRAFT_KEY, True)].contended
 
