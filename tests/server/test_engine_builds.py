@@ -80,3 +80,20 @@ def test_a_plain_server_keeps_plain_requests_plain(tiny_models):
         r = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 4, "ignore_eos": True}, timeout=30)
         assert r.status_code == 200 and r.json()["usage"]["draft_tokens"] == 0
         assert list(app.state.worker.engines) == [("none", 0)]
+
+
+def test_a_speculative_setting_whose_caches_would_not_fit_is_a_400(tiny_models, monkeypatch):
+    from specdec import build
+    from specdec.errors import ResourceError
+
+    def no_room(need, what, fix, device):
+        raise ResourceError(f"{what} needs about 1.00 GiB, but only 0.00 GiB is available in host memory; {fix}")
+    with live_server(tiny_models, spec=SpecConfig(method="draft", k=3), model_name="tiny") as (url, app):
+        monkeypatch.setattr(build, "require", no_room)          # memory runs short after the start
+        body = {"prompt": "x", "max_tokens": 3, "speculative": {"method": "ngram", "k": 2}}
+        r = httpx.post(url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 400 and "lower --max-batch" in r.json()["error"]["message"], r.text
+        monkeypatch.undo()
+        assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200   # built once it fits
+        wait_idle(app)
+        assert app.state.worker.leaks() == []
