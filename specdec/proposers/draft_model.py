@@ -63,12 +63,12 @@ class DraftModelProposer(Proposer):
             rest = native.draft_argmax(first_tok[:, 0], pos, k - 1, self.cache, self.num_layers)
             self._advance([k - 1] * B)
             return Draft(tokens=torch.cat([first_tok, rest], 1), probs=None)
-        if native is not None and s.temperature_only and T == 1:
-            # one token to feed per row: all k draft steps, the first included, in one C call
+        if native is not None and s.temperature_only and all(len(f) == T for f in feeds):
+            # as many tokens to feed in every row: all k draft steps, the first included, in one C call
             u = s.uniforms(k)                                                          # (B, k)
-            out, q = native.draft_sample(tokens[:, 0], start, k, self.cache, s.temperature, u,
-                                             self.num_layers)                          # (B, k), (B, k, V)
-            self._advance([k] * B)
+            out, q = native.draft_sample(tokens, start, k, self.cache, s.temperature, u,
+                                         self.num_layers)                              # (B, k), (B, k, V)
+            self._advance([T + k - 1] * B)
             return Draft(tokens=out, probs=q)
         logits = self.model(tokens, positions, self.cache, num_layers=self.num_layers)  # (B, T, V)
         logits = logits.gather(1, last[:, None, None].expand(B, 1, logits.shape[-1]))    # (B, 1, V)

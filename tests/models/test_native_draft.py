@@ -91,3 +91,33 @@ def _prefilled(model, lengths, layers=None):
             ids = torch.randint(2, 8192, (1, L), generator=torch.Generator().manual_seed(b))
             model(ids, torch.arange(L)[None], cache.rows(b, b + 1), num_layers=layers)
     return cache
+
+
+def test_draft_sample_with_two_tokens_fed_equals_the_step_by_step_loop():
+    """After a round that accepted every draft the draft model feeds two tokens (the last draft
+    and the bonus token): the first step is a 2-position forward whose last logits give q."""
+    from specdec.verify.sampling import probs_from_logits, sample
+    model = make_model(3, std=0.5)
+    if model.native is None:
+        pytest.skip("no C compiler: the native decoder is unavailable")
+    lengths, steps = [5, 17, 9], 4
+    caches = [_prefilled(model, lengths) for _ in range(2)]
+    g = torch.Generator().manual_seed(5)
+    feed, pos = torch.randint(2, 8192, (3, 2), generator=g), torch.tensor(lengths)
+    temperature = torch.tensor([1.0, 0.8, 1.2])
+    u = torch.rand(3, steps, generator=g)
+    with torch.inference_mode():
+        fast, q_fast = model.native.draft_sample(feed, pos, steps, caches[0], temperature, u)
+        logits = model(feed, pos[:, None] + torch.arange(2), caches[1])[:, -1:]
+        slow, q_slow = [], []
+        for i in range(steps):
+            q = probs_from_logits(logits, temperature)[:, 0]
+            tok = sample(q, u[:, i])
+            slow.append(tok)
+            q_slow.append(q)
+            if i < steps - 1:
+                logits = model(tok[:, None], (pos + 2 + i)[:, None], caches[1])
+    assert torch.allclose(q_fast, torch.stack(q_slow, 1), rtol=1e-5, atol=1e-8)
+    assert torch.equal(fast, torch.stack(slow, 1))
+    for fast_kv, slow_kv in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):   # the same entries
+        assert torch.equal(fast_kv, slow_kv)

@@ -261,21 +261,26 @@ int sd_draft_argmax(const Model *md, const Cache *c, int B, int64_t *tokens, con
 
 /* Sampled drafting without returning to Python: as sd_draft_argmax, but each step samples
  * its token from q = softmax(logits / temperature[b]) with the uniform u[b, s], and q is
- * written to q_out (B, steps, V) for verification. */
-int sd_draft_sample(const Model *md, const Cache *c, int B, int64_t *tokens, const int64_t *pos0,
+ * written to q_out (B, steps, V) for verification. The first step feeds T0 tokens per row,
+ * feed (B, T0) at pos0[b], pos0[b] + 1, ... (the newest token, or the last draft and the bonus
+ * token after a round that accepted every draft) and samples from its last position; later
+ * steps feed the previous sample. logits: (B * T0, V) scratch. */
+int sd_draft_sample(const Model *md, const Cache *c, int B, int T0, const int64_t *feed, const int64_t *pos0,
                     int steps, int layers, const float *temperature, const float *u, int64_t *out,
                     float *q_out, float *logits, float *scratch, int threads) {
-    int64_t pos[B];
+    int64_t pos[B * T0], cur[B];
     int V = md->vocab;
     for (int s = 0; s < steps; s++) {
-        for (int b = 0; b < B; b++) pos[b] = pos0[b] + s;
-        int rc = sd_forward(md, c, B, 1, tokens, pos, 0, layers, 1, logits, NULL, scratch, threads);
+        int T = s ? 1 : T0;
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < T; j++) pos[b * T + j] = pos0[b] + (s ? T0 - 1 + s : j);
+        int rc = sd_forward(md, c, B, T, s ? cur : feed, pos, 0, layers, 1, logits, NULL, scratch, threads);
         if (rc) return rc;
         #pragma omp parallel for num_threads(threads) schedule(static)
         for (int b = 0; b < B; b++) {
             float *q = q_out + ((size_t)b * steps + s) * V;
-            out[(size_t)b * steps + s] = tokens[b] =
-                sample_row(logits + (size_t)b * V, V, temperature[b], u[(size_t)b * steps + s], q);
+            out[(size_t)b * steps + s] = cur[b] = sample_row(logits + ((size_t)b * T + T - 1) * V, V, temperature[b],
+                                                             u[(size_t)b * steps + s], q);
         }
     }
     return 0;

@@ -159,28 +159,28 @@ class NativeForward:
         self._check(rc, cache)
         return out
 
-    def draft_sample(self, first: torch.Tensor, pos0: torch.Tensor, steps: int, cache: KVCache,
+    def draft_sample(self, feed: torch.Tensor, pos0: torch.Tensor, steps: int, cache: KVCache,
                      temperature: torch.Tensor, uniforms: torch.Tensor, num_layers: int | None = None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sampled drafting in one C call: feed first (B,) at pos0 (B,), then each step's
-        sample at the next position, `steps` times; step s of row b samples from
-        q = softmax(logits / temperature[b]) at uniforms[b, s] (inverse CDF, as
-        verify.sampling.sample) -> (tokens (B, steps), q (B, steps, V))."""
-        B = first.shape[0]
+        """Sampled drafting in one C call: feed (B,) or (B, T0) at pos0 (B,) onwards, then each
+        step's sample at the next position, `steps` times; step s of row b samples from
+        q = softmax(logits / temperature[b]) (of the last fed position) at uniforms[b, s]
+        (inverse CDF, as verify.sampling.sample) -> (tokens (B, steps), q (B, steps, V))."""
+        feed = (feed[:, None] if feed.dim() == 1 else feed).to(torch.long).contiguous()    # (B, T0)
+        B, T0 = feed.shape
         c = self.model.config
-        tokens = first.to(torch.long).contiguous().clone()
         pos0 = pos0.to(torch.long).contiguous()
         temperature = temperature.to(torch.float32).contiguous()
         uniforms = uniforms.to(torch.float32).contiguous()                     # (B, steps)
         out = torch.empty(B, steps, dtype=torch.long)
         q = torch.empty(B, steps, c.vocab_size)
-        logits = torch.empty(B, c.vocab_size)
+        logits = torch.empty(B * T0, c.vocab_size)
         threads = torch.get_num_threads()
         cs = self._cache_struct(cache)
         with self._lock:
-            scratch = self._prepare(B, cache, threads)
+            scratch = self._prepare(B * T0, cache, threads)
             rc = self.lib.sd_draft_sample(
-                ctypes.byref(self.struct), ctypes.byref(cs), B, _P(tokens.data_ptr()), _P(pos0.data_ptr()),
+                ctypes.byref(self.struct), ctypes.byref(cs), B, T0, _P(feed.data_ptr()), _P(pos0.data_ptr()),
                 steps, num_layers or c.num_hidden_layers, _P(temperature.data_ptr()), _P(uniforms.data_ptr()),
                 _P(out.data_ptr()), _P(q.data_ptr()), _P(logits.data_ptr()), scratch, threads)
         self._check(rc, cache)
