@@ -59,15 +59,9 @@ def test_draft_sample_equals_the_step_by_step_loop():
     """The compiled sampled draft loop: q equals softmax(logits / t) of one forward per step,
     and each token is verify.sampling.sample's draw from it at the same uniform."""
     from specdec.verify.sampling import probs_from_logits, sample
-    model = make_model(3, std=0.5)
-    if model.native is None:
-        pytest.skip("no C compiler: the native decoder is unavailable")
-    lengths, steps = [5, 17, 9], 5
-    caches = [_prefilled(model, lengths) for _ in range(2)]
-    g = torch.Generator().manual_seed(4)
-    first, pos = torch.randint(2, 8192, (3,), generator=g), torch.tensor(lengths)
+    steps = 5
+    model, caches, first, pos, u = _sampling_case(seed=4, width=1, steps=steps)
     temperature = torch.tensor([0.7, 1.0, 1.3])
-    u = torch.rand(3, steps, generator=g)
     with torch.inference_mode():
         fast, q_fast = model.native.draft_sample(first, pos, steps, caches[0], temperature, u)
         tok, slow, q_slow = first, [], []
@@ -97,15 +91,9 @@ def test_draft_sample_with_two_tokens_fed_equals_the_step_by_step_loop():
     """After a round that accepted every draft the draft model feeds two tokens (the last draft
     and the bonus token): the first step is a 2-position forward whose last logits give q."""
     from specdec.verify.sampling import probs_from_logits, sample
-    model = make_model(3, std=0.5)
-    if model.native is None:
-        pytest.skip("no C compiler: the native decoder is unavailable")
-    lengths, steps = [5, 17, 9], 4
-    caches = [_prefilled(model, lengths) for _ in range(2)]
-    g = torch.Generator().manual_seed(5)
-    feed, pos = torch.randint(2, 8192, (3, 2), generator=g), torch.tensor(lengths)
+    steps = 4
+    model, caches, feed, pos, u = _sampling_case(seed=5, width=2, steps=steps)
     temperature = torch.tensor([1.0, 0.8, 1.2])
-    u = torch.rand(3, steps, generator=g)
     with torch.inference_mode():
         fast, q_fast = model.native.draft_sample(feed, pos, steps, caches[0], temperature, u)
         logits = model(feed, pos[:, None] + torch.arange(2), caches[1])[:, -1:]
@@ -121,3 +109,16 @@ def test_draft_sample_with_two_tokens_fed_equals_the_step_by_step_loop():
     assert torch.equal(fast, torch.stack(slow, 1))
     for fast_kv, slow_kv in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):   # the same entries
         assert torch.equal(fast_kv, slow_kv)
+
+
+def _sampling_case(seed: int, width: int, steps: int):
+    """A model with the compiled decoder, two identical 3-row caches, the tokens to feed
+    ((3,) for width 1, else (3, width)), their first positions and (3, steps) uniforms."""
+    model = make_model(3, std=0.5)
+    if model.native is None:
+        pytest.skip("no C compiler: the native decoder is unavailable")
+    lengths = [5, 17, 9]
+    caches = [_prefilled(model, lengths) for _ in range(2)]
+    g = torch.Generator().manual_seed(seed)
+    feed = torch.randint(2, 8192, (3,) if width == 1 else (3, width), generator=g)
+    return model, caches, feed, torch.tensor(lengths), torch.rand(3, steps, generator=g)
