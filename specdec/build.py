@@ -149,7 +149,9 @@ def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
 
 def require_cache_memory(models: Models, spec: SpecConfig, config: EngineConfig) -> None:
     """Refuse (ResourceError) an engine whose KV caches, the target's and the draft's, would
-    not fit in the memory free now: checked before either is allocated or anything measured."""
+    not fit in the memory free now: checked before either is allocated or anything measured.
+    The context is clamped to the target's, as make_engine does."""
+    config = replace(config, max_model_len=min(config.max_model_len, models.target.config.max_position_embeddings))
     n = cache_length(config, spec)
     need = sum(m.cache_bytes(config.max_batch, n) for m in (models.target, models.draft) if m is not None)
     require(need, f"the KV caches for --max-batch {config.max_batch} x --max-model-len {config.max_model_len}",

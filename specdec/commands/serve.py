@@ -69,9 +69,9 @@ def run(args) -> int:
         draft = None
     models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
     spec = spec_from_args(args, has_draft=models.draft is not None)
-    longest = models.target.config.max_position_embeddings
-    mml = min(args.max_model_len or longest, longest)
-    require_cache_memory(models, resolve_spec(models.target, spec), EngineConfig(max_batch=args.max_batch, max_model_len=mml))
+    context = args.max_model_len or models.target.config.max_position_embeddings
+    require_cache_memory(models, resolve_spec(models.target, spec), EngineConfig(max_batch=args.max_batch,
+                                                                                 max_model_len=context))
     cfg = ServerConfig(spec=spec, max_batch=args.max_batch, max_queue=args.max_queue,
                        max_model_len=args.max_model_len, api_key=args.api_key,
                        request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes,

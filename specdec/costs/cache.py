@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..defaults import cache_dir
-from ..cpu_load import busy_now, others_busy
+from ..cpu_load import others_busy
 
 
 def _cpu_name() -> str:
@@ -33,7 +33,7 @@ def contended(since=None) -> bool:
     """Someone else competed with us for the cores since `since` (a cpu_load.snapshot() taken
     before timing: only other processes' CPU time counts, not this one's), or, without it,
     competes now (sampled while we sleep)."""
-    return others_busy(since) if since is not None else busy_now()
+    return others_busy(since)
 
 
 def normal(obj):

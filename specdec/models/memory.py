@@ -109,4 +109,4 @@ def check_checkpoint(path: Path, device: str) -> None:
 
 
 def cache_bytes(num_layers: int, rows: int, kv_heads: int, max_len: int, head_dim: int, dtype) -> int:
-    return 2 * num_layers * rows * kv_heads * max_len * head_dim * torch.tensor([], dtype=dtype).element_size()
+    return 2 * num_layers * rows * kv_heads * max_len * head_dim * dtype.itemsize
