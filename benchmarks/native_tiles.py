@@ -40,7 +40,10 @@ def compile_at(rev: str | None, march: str, tmp: Path) -> ctypes.CDLL:
     """The decoder from the working tree (rev None) or from `rev`, built into tmp."""
     src = tmp / (rev or "tree")
     src.mkdir(parents=True, exist_ok=True)
-    for f in ("decoder.c", "linear.h", "simd.h"):
+    names = ([f.name for f in NATIVE.glob("*.[ch]")] if rev is None else subprocess.run(
+        ["git", "ls-tree", "--name-only", rev, "./"], capture_output=True, text=True,
+        check=True, cwd=NATIVE).stdout.split())
+    for f in [Path(n).name for n in names if n.endswith((".c", ".h"))]:
         text = (NATIVE / f).read_text() if rev is None else subprocess.run(
             ["git", "show", f"{rev}:specdec/models/native/{f}"], capture_output=True, text=True,
             check=True, cwd=NATIVE).stdout
@@ -73,12 +76,13 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     target = load_models().target
-    linears = [m.weight.detach() for m in target.modules() if isinstance(m, torch.nn.Linear)]
+    modules = [m for m in target.modules() if isinstance(m, torch.nn.Linear)]
+    linears = [m.weight.detach() for m in modules]
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
         libs = {args.against: compile_at(args.against, args.march, Path(tmp)),
                 "tree": compile_at(None, args.march, Path(tmp))}
         fwd = {name: NativeForward(target, lib) for name, lib in libs.items()}
-        packed = {name: [f._pack([w]) for w in linears] for name, f in fwd.items()}
+        packed = {name: f._pack_all([(m,) for m in modules])[0] for name, f in fwd.items()}
         caches = {name: target.new_cache(1, CACHED + 16) for name in libs}
         prompt = torch.randint(2, target.config.vocab_size, (1, CACHED), generator=torch.Generator().manual_seed(0))
         for name in libs:

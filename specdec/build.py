@@ -57,20 +57,23 @@ def default_pair(target: str | Path | None, draft: str | Path | None) -> tuple[P
 
 
 def load_models(target: str | Path | None = None, draft: str | Path | None = None, device: str = "cpu",
-                threads: int | None = None, compile: bool | None = None) -> Models:
+                threads: int | None = None, compile: bool | None = None, weights: str = "float32",
+                draft_weights: str | None = None) -> Models:
     """Load the target (and draft; `default_pair` picks them); refuse a draft whose vocabulary
     differs from the target's. `compile`: use the compiled decoder (None: where it builds;
-    see models/loader.py)."""
+    see models/loader.py). `weights`, `draft_weights` (default: the target's): "float32" or
+    "int8" (models/quantize.py)."""
     target, draft = default_pair(target, draft)
     if threads:
         torch.set_num_threads(threads)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("--device cuda was asked for but CUDA is not available")
-    t = load_model(target, device=device, compile=compile)
+    t = load_model(target, device=device, compile=compile, weights=weights)
     tok = load_tokenizer(target)
     d = None
     if draft is not None:
-        d = load_model(draft, device=device, exact=False, compile=compile)  # a draft's numerics change no output
+        d = load_model(draft, device=device, exact=False, compile=compile,   # a draft's numerics change no output
+                       weights=draft_weights or weights)
         if d.config.vocab_size != t.config.vocab_size:
             raise CheckpointError(f"draft vocabulary size {d.config.vocab_size} differs from the target's "
                                   f"{t.config.vocab_size}: speculative decoding needs the same vocabulary")

@@ -15,7 +15,7 @@ from ..analysis.remote import add_remote_args
 from ..analysis.settings import FULL, QUICK, grid_settings
 from ..analysis.workloads import ANALYSIS_WORKLOADS, load_workload, long_prompt_tokens
 from ..errors import ConfigError
-from .common import add_compile_arg, add_method_args, spec_from_args
+from .common import add_load_args, load_kwargs, add_method_args, spec_from_args
 
 
 def _list(kind):
@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--workload", choices=list(ANALYSIS_WORKLOADS) + ["all"], default="all")
     src.add_argument("--prompts", type=Path, help="JSONL file, one {\"prompt\": ...} per line")
-    add_compile_arg(p)
+    add_load_args(p)
     add_method_args(p, k_table=False)  # --method and proposer options; --k is redefined below as a list
     p.add_argument("--k", type=_list(int), help="draft lengths to measure, e.g. 1,2,4,8")
     p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
@@ -88,7 +88,7 @@ def run(args) -> int:
     names = list(ANALYSIS_WORKLOADS) if args.workload == "all" else [args.workload]
     with Progress(disabled=args.no_progress) as bars:
         bars.note("loading models and prompts")
-        models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
+        models = load_models(target, draft, **load_kwargs(args))
         spec = spec_from_args(argparse.Namespace(**{**vars(args), "k": max(s["k"])}),
                               has_draft=models.draft is not None)
         if spec.method == "none":

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..build import DEFAULT_K_MAX, NGRAM_MAX, NGRAM_MIN, spec_config
 from ..config import KTable, SpecConfig
 from ..errors import ConfigError
+from ..models.quantize import WEIGHT_DTYPES
 
 
 def _k(value: str):
@@ -18,11 +19,23 @@ def _k(value: str):
         raise argparse.ArgumentTypeError(f"k must be an integer, 'auto' or 'heuristic', got {value!r}")
 
 
-def add_compile_arg(p) -> None:
+def add_load_args(p) -> None:
+    """How the models are loaded: --compile, --dtype, --draft-dtype (see `load_kwargs`)."""
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="run the compiled decoder: on the CPU the native decoder (built once per "
                         "machine with the C compiler and cached), on CUDA captured CUDA graphs; "
                         "default: where it builds, else eager PyTorch with one warning")
+    p.add_argument("--dtype", choices=WEIGHT_DTYPES, default="float32",
+                   help="the target's weights: float32, or int8 (rounded at load, one scale per "
+                        "output channel; activations stay float32)")
+    p.add_argument("--draft-dtype", choices=WEIGHT_DTYPES, default=None,
+                   help="the draft's weights (default: --dtype)")
+
+
+def load_kwargs(args) -> dict:
+    """`build.load_models` keyword arguments from a command's parsed arguments."""
+    return {"device": getattr(args, "device", "cpu") or "cpu", "threads": getattr(args, "threads", None),
+            "compile": args.compile, "weights": args.dtype, "draft_weights": args.draft_dtype}
 
 
 def add_method_args(p, k_table: bool = True) -> None:

@@ -12,7 +12,7 @@ from ..build import default_pair, load_models, make_engine
 from ..engine.origins import RoundLog
 from ..errors import PromptError
 from .show_rounds import show
-from .common import add_compile_arg, add_method_args, spec_from_args
+from .common import add_load_args, load_kwargs, add_method_args, spec_from_args
 
 
 def add_parser(sub) -> None:
@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
     p.add_argument("--show-rounds", action="store_true",
                    help="print every round (k, accepted, time) and the text coloured by each token's "
                         "origin: accepted draft, recovered at a rejection, bonus, plain")
-    add_compile_arg(p)
+    add_load_args(p)
     add_method_args(p)
     p.set_defaults(func=run)
 
@@ -80,7 +80,7 @@ def run(args) -> int:
                             seed=args.seed, max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos,
                             coupling=args.sampling_coupling)
     target, draft = default_pair(args.target, args.draft)
-    models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
+    models = load_models(target, draft, **load_kwargs(args))
     spec = spec_from_args(args, has_draft=models.draft is not None)
     # a batch never holds more rows than there are prompts: fewer rows to size the cache for
     # and to price when k = auto measures the machine (one prompt: batch 1 only)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import add_compile_arg
+from .common import add_load_args, load_kwargs
 from ..costs.report import cost_table
 
 
@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
                    help="batch sizes to measure (others are interpolated)")
     p.add_argument("--k-max", type=int, default=8, help="measure q = 1 .. k_max + 1")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    add_compile_arg(p)
+    add_load_args(p)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.set_defaults(func=run)
@@ -65,7 +65,7 @@ def run(args) -> int:
     if args.k_max < 1 or any(b < 1 for b in args.batch_sizes):
         raise ConfigError("--k-max and --batch-sizes must be >= 1")
     target, draft = default_pair(args.target, args.draft)
-    models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
+    models = load_models(target, draft, **load_kwargs(args))
     cm = CostModel.load_or_measure(models.target, models.draft, k_max=args.k_max, batch_sizes=args.batch_sizes,
                                    remeasure=True)
     table = cost_table(cm)

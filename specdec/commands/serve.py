@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..defaults import default_draft, default_target
 from ..errors import ConfigError
-from .common import add_compile_arg, add_method_args, spec_from_args
+from .common import add_load_args, load_kwargs, add_method_args, spec_from_args
 
 
 def add_parser(sub) -> None:
@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--allow-request-speculation", action=argparse.BooleanOptionalAction, default=True,
                    help="honour a request's `speculative` field (default: yes; each new (method, k) "
                         "builds an engine of its own)")
-    add_compile_arg(p)
+    add_load_args(p)
     add_method_args(p)
     p.set_defaults(func=run)
 
@@ -67,7 +67,7 @@ def run(args) -> int:
     draft = args.draft if args.draft or args.target else default_draft()
     if args.method not in (None, "draft") and args.draft is None:
         draft = None
-    models = load_models(target, draft, device=args.device, threads=args.threads, compile=args.compile)
+    models = load_models(target, draft, **load_kwargs(args))
     spec = spec_from_args(args, has_draft=models.draft is not None)
     context = args.max_model_len or models.target.config.max_position_embeddings
     require_cache_memory(models, resolve_spec(models.target, spec), EngineConfig(max_batch=args.max_batch,

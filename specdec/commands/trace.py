@@ -20,7 +20,7 @@ from ..build import default_pair, load_models, make_engine
 from ..config import EngineConfig, SamplingParams
 from ..engine.trace import trace_request
 from ..errors import ConfigError, PromptError
-from .common import add_compile_arg, add_method_args, spec_from_args
+from .common import add_load_args, load_kwargs, add_method_args, spec_from_args
 from .trace_page import render
 
 DEFAULT_K = 4               # a fixed k shows what verification does at that k; "auto" also works
@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int)
     p.add_argument("--out", type=Path, required=True, help="directory for trace.json, .safetensors, .html")
-    add_compile_arg(p)
+    add_load_args(p)
     add_method_args(p, k_table=False)       # one request: a table by batch size has nothing to pick
     p.set_defaults(func=run, k=DEFAULT_K)
 
@@ -52,8 +52,7 @@ def run(args) -> int:
         raise PromptError("empty prompt")
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                             max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos)
-    models = load_models(*default_pair(args.target, args.draft), device=args.device, threads=args.threads,
-                         compile=args.compile)
+    models = load_models(*default_pair(args.target, args.draft), **load_kwargs(args))
     spec = spec_from_args(args, has_draft=models.draft is not None)
     engine = make_engine(models, spec, EngineConfig(max_batch=1, device=args.device,
                                                     max_model_len=models.target.config.max_position_embeddings))

@@ -19,6 +19,7 @@ from .config import ModelConfig
 from .llama import LlamaModel
 from .linear import choose_kernel
 from .memory import check_checkpoint
+from .quantize import quantize
 from .tokenizer import Tokenizer
 
 
@@ -39,12 +40,13 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
-               prepare: bool = True, exact: bool = True, compile: bool | None = None) -> LlamaModel:
+               prepare: bool = True, exact: bool = True, compile: bool | None = None,
+               weights: str = "float32") -> LlamaModel:
     """Build a `LlamaModel` from a checkpoint directory and load its weights. `exact`: a
     row-invariant linear kernel (a target's; models/linear.py), else the fastest (a draft's).
     `compile`: the compiled decoder (models/native on the CPU, CUDA graphs on CUDA) where it
     builds (None, the default), always (True: a ConfigError where it cannot) or never (False:
-    eager PyTorch)."""
+    eager PyTorch). `weights`: "float32", or "int8" (rounded at load, models/quantize.py)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {path}")
@@ -61,6 +63,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
         detail = " ".join(str(e).split())[:300]
         raise CheckpointError(f"weights in {path} do not match config.json: {detail}") from e
     model = model.to(device=device, dtype=dtype)
+    quantize(model, weights)
     if prepare:
         model.prepare(choose_kernel(torch.device(device).type, cfg.hidden_size,
                                     cfg.intermediate_size, exact, native=compile is not False))

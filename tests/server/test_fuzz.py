@@ -47,7 +47,7 @@ def fuzz_server(tiny_models):
 def test_random_bodies_never_get_a_5xx(fuzz_server, path):
     url, _ = fuzz_server
     with httpx.Client(base_url=url, timeout=30) as client:
-        @settings(max_examples=1000, deadline=None, database=None,
+        @settings(max_examples=500, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
         @given(BODY, st.booleans())
         def one(body, raw):

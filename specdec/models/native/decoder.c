@@ -28,7 +28,17 @@ typedef struct {
     const float *embed, *norm, *head;         /* (V, d), (d,), (V, d) */
     const float *rope_cos, *rope_sin;         /* (rope_len, D/2) */
     const float **in_norm, **qkv, **qkv_bias, **o, **post_norm, **gate_up, **down;
+    /* int8 weights: per layer (N,) scales of qkv, o, gate_up, down, and the head's; NULL for
+     * fp32 (then the weight pointers above are floats, else int8 panels) */
+    const float **qkv_s, **o_s, **gate_up_s, **down_s, *head_s;
 } Model;
+
+/* a linear of the model: int8 panels with their scales, or fp32 panels */
+static inline void lin(const float *x, int M, int K, const float *P, const float *const *s, int l,
+                       const float *bias, int N, float *y, int acc_out) {
+    if (s) linear_i8(x, M, K, (const int8_t *)P, s[l], bias, N, y, acc_out);
+    else linear(x, M, K, P, NULL, bias, N, y, acc_out);
+}
 
 typedef struct {
     float **k, **v;                            /* per layer: (rows, Hkv, max_len, D) */
@@ -197,17 +207,17 @@ int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tok
             for (int i = 0; i < d; i++) x[(size_t)m * d + i] = md->embed[(size_t)tokens[m] * d + i];
         for (int l = 0; l < layers; l++) {
             rmsnorm_rows(x, md->in_norm[l], h, M, d, md->eps);
-            linear(h, M, d, md->qkv[l], md->qkv_bias[l], nq, qkv, 0);
+            lin(h, M, d, md->qkv[l], md->qkv_s, l, md->qkv_bias[l], nq, qkv, 0);
             rope_and_store(md, c, l, qkv, M, T, pos, row0);
             attention(md, c, l, qkv, B, T, pos, row0, att, scores);
-            linear(att, M, H * D, md->o[l], NULL, d, x, 1);
+            lin(att, M, H * D, md->o[l], md->o_s, l, NULL, d, x, 1);
             rmsnorm_rows(x, md->post_norm[l], h, M, d, md->eps);
-            linear(h, M, d, md->gate_up[l], NULL, 2 * F, gu, 0);
+            lin(h, M, d, md->gate_up[l], md->gate_up_s, l, NULL, 2 * F, gu, 0);
             silu_mul(gu, act, M, F);
-            linear(act, M, F, md->down[l], NULL, d, x, 1);
+            lin(act, M, F, md->down[l], md->down_s, l, NULL, d, x, 1);
         }
         rmsnorm_rows(x, md->norm, want_logits ? h : out, M, d, md->eps);
-        if (want_logits) linear(h, M, d, md->head, NULL, md->vocab, out, 0);
+        if (want_logits) lin(h, M, d, md->head, md->head_s ? &md->head_s : NULL, 0, NULL, md->vocab, out, 0);
         if (want_logits && argmax) {
             #pragma omp for schedule(static)
             for (int m = 0; m < M; m++) argmax[m] = argmax_row(out + (size_t)m * md->vocab, md->vocab);
@@ -234,12 +244,6 @@ float sd_stream(const float *buf, size_t n, int threads) {
         total += hsum8(a0) + hsum8(a1) + hsum8(a2) + hsum8(a3);
     }
     return total;
-}
-
-/* y (M, N) = x (M, K) @ W (N, K)^T: the forward's linear on its own (benchmarks, tests) */
-void sd_linear(const float *x, int M, int K, const float *W, int N, float *y, int threads) {
-    #pragma omp parallel num_threads(threads)
-    linear(x, M, K, W, NULL, N, y, 0);
 }
 
 /* Greedy drafting without returning to Python: `steps` single-token forwards, each feeding

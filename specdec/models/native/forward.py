@@ -6,7 +6,8 @@
 At load every linear weight is copied into the decoder's packed panel layout (decoder.c,
 `sd_pack`), with q/k/v and gate/up concatenated into one matrix per layer. The Hugging Face
 parameters are left as they are (state_dict, the eager path and training see no change);
-the packed copy is derived data, like oneDNN's prepacked weights.
+the packed copy is derived data, like oneDNN's prepacked weights. A model rounded to int8
+(models/quantize.py) is packed as int8 panels with one scale per output (1 byte a weight).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..kv_cache import KVCache
+from ..quantize import int8_weight
 
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(ctypes.c_void_p)
@@ -27,7 +29,8 @@ class _Model(ctypes.Structure):
                                             "vocab", "layers", "rope_len")] + \
                [("eps", ctypes.c_float)] + \
                [(n, _P) for n in ("embed", "norm", "head", "rope_cos", "rope_sin")] + \
-               [(n, _PP) for n in ("in_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down")]
+               [(n, _PP) for n in ("in_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down")] + \
+               [(n, _PP) for n in ("qkv_s", "o_s", "gate_up_s", "down_s")] + [("head_s", _P)]
 
 
 class _Cache(ctypes.Structure):
@@ -63,38 +66,52 @@ class NativeForward:
         self.build_id = Path(lib._name).stem                 # decoder-<hash of source, flags, CPU>
         layers = model.model.layers
         attn = [(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj) for l in layers]
-        self._qkv = [self._pack([m.weight for m in qkv]) for qkv in attn]
+        self.int8 = getattr(model, "weight_dtype", "float32") == "int8"       # models/quantize.py
+        self._qkv, self._qkv_s = self._pack_all(attn)
         self._qkv_bias = [torch.cat([m.bias.detach() for m in qkv]).contiguous() if c.attention_bias else None
                           for qkv in attn]
-        self._gate_up = [self._pack([l.mlp.gate_proj.weight, l.mlp.up_proj.weight]) for l in layers]
-        self._o = [self._pack([l.self_attn.o_proj.weight]) for l in layers]
-        self._down = [self._pack([l.mlp.down_proj.weight]) for l in layers]
+        self._gate_up, self._gate_up_s = self._pack_all([(l.mlp.gate_proj, l.mlp.up_proj) for l in layers])
+        self._o, self._o_s = self._pack_all([(l.self_attn.o_proj,) for l in layers])
+        self._down, self._down_s = self._pack_all([(l.mlp.down_proj,) for l in layers])
         keep = lambda ts: [t.detach().contiguous() for t in ts]  # noqa: E731
         self._in_norm = keep(l.input_layernorm.weight for l in layers)
         self._post_norm = keep(l.post_attention_layernorm.weight for l in layers)
         self._embed = model.model.embed_tokens.weight.detach().contiguous()   # gathered by row
         self._norm = model.model.norm.weight.detach().contiguous()
-        self._head = self._pack([model.lm_head.weight])
+        (self._head,), (head_s,) = self._pack_all([(model.lm_head,)])
         self.struct = _Model(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                              c.intermediate_size, c.vocab_size, c.num_hidden_layers, 0, c.rms_norm_eps,
                              self._embed.data_ptr(), self._norm.data_ptr(), self._head.data_ptr(), None, None)
         self._arrays = {}
-        for name in ("in_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down"):
+        for name in ("in_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down") + \
+                (("qkv_s", "o_s", "gate_up_s", "down_s") if self.int8 else ()):
             self._arrays[name] = _ptrs(getattr(self, "_" + name))
             setattr(self.struct, name, ctypes.cast(self._arrays[name], _PP))
+        self._head_s = head_s
+        self.struct.head_s = head_s.data_ptr() if head_s is not None else None
         self._rope(c.max_position_embeddings)
         self._scratch = torch.empty(0)
         self._verify_scratch = torch.empty(0)       # verify_sample's p rows, grown as needed
         self._scratch_need: dict[tuple, int] = {}           # (rows, max_len, threads) -> floats
         self._lock = threading.Lock()   # the scratch buffer is shared: one forward at a time
 
-    def _pack(self, weights) -> torch.Tensor:
-        """Concatenate (N_i, K) weights along N and pack them into the decoder's panels."""
-        w = torch.cat([t.detach() for t in weights]).contiguous()                 # (N, K)
-        n, k = w.shape
-        packed = torch.empty(self.lib.sd_packed_floats(n, k))
-        self.lib.sd_pack(_P(w.data_ptr()), n, k, _P(packed.data_ptr()))
-        return packed
+    def _pack_all(self, groups) -> tuple[list, list]:
+        """Each group of linears (their outputs concatenated) -> its packed panels, and its
+        (N,) int8 scales (None for fp32 weights): two lists, one entry per group."""
+        packed, scales = [], []
+        for group in groups:
+            if self.int8:
+                qs = [int8_weight(m) for m in group]
+                w, s = torch.cat([q for q, _ in qs]), torch.cat([s for _, s in qs]).float().contiguous()
+            else:
+                w, s = torch.cat([m.weight.detach() for m in group]), None
+            w = w.contiguous()                                                     # (N, K)
+            n, k = w.shape
+            out = torch.empty(self.lib.sd_packed_floats(n, k), dtype=w.dtype)
+            (self.lib.sd_pack_i8 if self.int8 else self.lib.sd_pack)(_P(w.data_ptr()), n, k, _P(out.data_ptr()))
+            packed.append(out)
+            scales.append(s)
+        return packed, scales
 
     def _rope(self, length: int) -> None:
         """cos/sin (length, D/2) computed exactly as the eager path computes them."""

@@ -24,6 +24,8 @@ typedef __m256 vec;
 #define VSUB(a, b) _mm256_sub_ps(a, b)
 #define VMAX(a, b) _mm256_max_ps(a, b)
 #define VSTORE(p, v) _mm256_storeu_ps(p, v)
+/* 8 int8 -> 8 floats (exact: every int8 is a float) */
+#define VLOAD_I8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
 #define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #define PREFETCH_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 static inline float hsum8(vec v) {
@@ -38,6 +40,7 @@ typedef struct { float l[8]; } vec;
 #define PREFETCH_L2(p) __builtin_prefetch(p, 0, 2)
 static inline vec VZERO(void) { vec r = {{0}}; return r; }
 static inline vec VLOAD(const float *p) { vec r; for (int i = 0; i < 8; i++) r.l[i] = p[i]; return r; }
+static inline vec VLOAD_I8(const int8_t *p) { vec r; for (int i = 0; i < 8; i++) r.l[i] = (float)p[i]; return r; }
 #define VOP(name, expr) static inline vec name(vec a, vec b) { for (int i = 0; i < 8; i++) a.l[i] = (expr); return a; }
 VOP(VMUL, a.l[i] * b.l[i])
 VOP(VADD, a.l[i] + b.l[i])

@@ -1,0 +1,160 @@
+/* The packed linear, written once for each weight type. linear.h includes this file twice:
+ *   WT float,  LDW VLOAD,    SFX(n) n        -> sd_pack, linear (fp32 weights)
+ *   WT int8_t, LDW VLOAD_I8, SFX(n) n##_i8   -> sd_pack_i8, linear_i8 (int8 weights)
+ * An int8 weight's 8 lanes are widened to floats as they are loaded and enter the same FMA
+ * chain; its per-output scale multiplies the finished chain (y = s * sum_k x[k] q[k] + b),
+ * so an int8 linear is shape-invariant for the same reason as the fp32 one (linear.h). */
+
+/* W (N, K) row-major -> P; outputs past N are zero rows */
+void SFX(sd_pack)(const WT *W, int N, int K, WT *P) {
+    for (int pb = 0; pb < (N + NP - 1) / NP; pb++)
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < NP; j++) {
+                int n = pb * NP + j;
+                P[((size_t)pb * K + k) * NP + j] = n < N ? W[(size_t)n * K + k] : (WT)0;
+            }
+}
+
+/* bytes from a panel's line `line` (64 bytes each) for the prefetches; a panel has
+ * K * NP * sizeof(WT) / 64 of them */
+#define LINE_AT(base, line) ((const char *)(base) + (size_t)(line) * 64)
+#define PANEL_LINES ((size_t)K * NP * sizeof(WT) / 64)
+
+/* one k of a tile: NV vectors of each of NPN panels, a broadcast per row */
+#define K_STEP(MT, NPN, NV, PF, k, KP) {                                                           \
+    vec w[NPN * NV];                                                                           \
+    for (int j = 0; j < NPN; j++) for (int v = 0; v < NV; v++) {                               \
+        w[j * NV + v] = LDW(p + j * ps + (size_t)(k) * NP + 8 * v);                             \
+        if (KP) KEEP(w[j * NV + v]);                                                           \
+    }                                                                                          \
+    if (PF == PF_AHEAD) for (int j = 0; j < NPN; j++)                                          \
+        for (size_t l = 0; l < NP * sizeof(WT); l += 64)                                       \
+            PREFETCH_L2((const char *)(p + j * ps + (size_t)((k) + PF_STEPS) * NP) + l);       \
+    if (PF == PF_HALF && (size_t)q * K + (k) < PANEL_LINES)                                    \
+        PREFETCH_L2(LINE_AT(next, (size_t)q * K + (k)));                                       \
+    for (int i = 0; i < MT; i++) {                                                             \
+        vec xb = VBCAST(x + (size_t)i * K + (k));                                              \
+        for (int j = 0; j < NPN * NV; j++) a[i][j] = VFMA(xb, w[j], a[i][j]);                 \
+    }                                                                                          \
+}
+/* the k loop, two k at a time (K is a multiple of 8) */
+#define K_LOOP(MT, NPN, NV, PF, KP) for (int k = 0; k < K; k += 2) {                               \
+    K_STEP(MT, NPN, NV, PF, k, KP) K_STEP(MT, NPN, NV, PF, k + 1, KP)                                \
+    if (PF == PF_QUARTER && ((size_t)q * K + k) / 2 < PANEL_LINES)                             \
+        PREFETCH_L2(LINE_AT(next, ((size_t)q * K + k) / 2));                                   \
+}
+
+/* MT input rows against NV vectors (8 outputs each) of NPN consecutive panels at p (p may
+ * point into a panel): y[i][n] for n < nt, each scaled by sc[n] if sc is given. Pass q of its
+ * panel prefetches by mode pf, from `next` (the next panel) for PF_HALF/PF_QUARTER. One
+ * function per shape and one loop per mode, so the accumulators are a fixed array the
+ * compiler keeps in registers (a branch inside the loop made it store them on every k). */
+#define DEFINE_TILE(MT, NPN, NV, KP)                                                             \
+static inline void SFX(tile_##MT##x##NPN##x##NV)(const float *x, const WT *p, int K, float *y, \
+        int ldy, int nt, const float *sc, const float *b, int acc_out, int pf, const WT *next,  \
+        int q) {                                                                               \
+    vec a[MT][NPN * NV];                                                                       \
+    for (int i = 0; i < MT; i++) for (int j = 0; j < NPN * NV; j++) a[i][j] = VZERO();        \
+    const size_t ps = (size_t)K * NP;                 /* elements from one panel to the next */ \
+    if ((pf == PF_HALF && q >= 2) || (pf == PF_QUARTER && q >= 4)) pf = PF_NONE;               \
+    switch (pf) {                                                                              \
+        case PF_AHEAD: K_LOOP(MT, NPN, NV, PF_AHEAD, KP) break;                                    \
+        case PF_HALF: K_LOOP(MT, NPN, NV, PF_HALF, KP) break;                                      \
+        case PF_QUARTER: K_LOOP(MT, NPN, NV, PF_QUARTER, KP) break;                                \
+        default: K_LOOP(MT, NPN, NV, PF_NONE, KP) break;                                           \
+    }                                                                                          \
+    float o[MT][NPN * NV][8];                         /* the lanes, then the scalar stores */ \
+    _Pragma("GCC unroll 8")                                                                    \
+    for (int i = 0; i < MT; i++)                                                               \
+        _Pragma("GCC unroll 8")                                                                \
+        for (int j = 0; j < NPN * NV; j++) VSTORE(o[i][j], a[i][j]);                           \
+    for (int i = 0; i < MT; i++)                                                               \
+        for (int j = 0; j < NPN; j++)                                                          \
+            for (int n = 0; n < 8 * NV && j * NP + n < nt; n++) {                              \
+                float v = o[i][j * NV + n / 8][n % 8];                                         \
+                if (sc) v *= sc[j * NP + n];                                                   \
+                if (b) v += b[j * NP + n];                                                     \
+                float *dst = y + (size_t)i * ldy + j * NP + n;                                 \
+                *dst = acc_out ? *dst + v : v;                                                 \
+            }                                                                                  \
+}
+
+DEFINE_TILE(1, 2, 4, 1) DEFINE_TILE(1, 1, 4, 1) DEFINE_TILE(2, 1, 4, 1)
+#define TILE_ARGS(xm, p, ym, nt, sc, b) xm, p, K, ym, N, nt, sc, b, acc_out, pf, next, q
+#if WIDE_ROWS >= 6
+DEFINE_TILE(3, 1, 4, 1) DEFINE_TILE(4, 1, 4, 1) DEFINE_TILE(5, 1, 4, 1) DEFINE_TILE(6, 1, 4, 1)
+#define ROWS_TILE(MT) do { SFX(tile_##MT##x1x4)(TILE_ARGS(xm, p, ym, nt, s, b)); q++; } while (0)
+#else
+DEFINE_TILE(3, 1, 4, 0) DEFINE_TILE(3, 1, 2, 1) DEFINE_TILE(4, 1, 2, 1) DEFINE_TILE(5, 1, 2, 1) DEFINE_TILE(6, 1, 2, 1)
+/* MT rows over one panel: all 4 vectors at once (WIDE), or its two halves in turn */
+#define ROWS_TILE(MT) do {                                                                     \
+    if (WIDE(MT)) { WIDE_TILE(MT, TILE_ARGS(xm, p, ym, nt, s, b)); q++; break; }               \
+    NARROW_TILE(MT, TILE_ARGS(xm, p, ym, nt, s, b)); q++;                                      \
+    if (nt > 16) {                                                                             \
+        NARROW_TILE(MT, TILE_ARGS(xm, p + 16, ym + 16, nt - 16, s ? s + 16 : NULL, b ? b + 16 : NULL)); \
+        q++;                                                                                   \
+    }                                                                                          \
+} while (0)
+#define WIDE_TILE(MT, ...) (MT <= 1 ? SFX(tile_1x1x4)(__VA_ARGS__) : MT == 2 ? SFX(tile_2x1x4)(__VA_ARGS__) \
+                            : SFX(tile_3x1x4)(__VA_ARGS__))
+#define NARROW_TILE(MT, ...) (MT <= 3 ? SFX(tile_3x1x2)(__VA_ARGS__) : MT == 4 ? SFX(tile_4x1x2)(__VA_ARGS__) \
+                              : MT == 5 ? SFX(tile_5x1x2)(__VA_ARGS__) : SFX(tile_6x1x2)(__VA_ARGS__))
+#endif
+
+/* y (M, N) [+]= (x (M, K) @ W^T) * scale (+ b), W packed by sd_pack; scale (N,) or NULL.
+ * Called by every thread of the team; splits the panels between them. */
+static void SFX(linear)(const float *x, int M, int K, const WT *P, const float *scale, const float *bias,
+                        int N, float *y, int acc_out) {
+    int npanels = (N + NP - 1) / NP;
+    if (M == 1) {
+        #pragma omp for schedule(static)
+        for (int pair = 0; pair < (npanels + 1) / 2; pair++) {
+            int n0 = pair * 2 * NP, nt = N - n0 < 2 * NP ? N - n0 : 2 * NP;
+            const WT *p = P + (size_t)n0 * K;
+            const float *b = bias ? bias + n0 : NULL, *s = scale ? scale + n0 : NULL;
+            int pf = 2 * pair + 3 < npanels ? PF_AHEAD : PF_NONE;   /* never past the end */
+            if (2 * pair + 1 < npanels) SFX(tile_1x2x4)(x, p, K, y + n0, N, nt, s, b, acc_out, pf, NULL, 0);
+            else SFX(tile_1x1x4)(x, p, K, y + n0, N, nt, s, b, acc_out, PF_NONE, NULL, 0);
+        }
+        return;
+    }
+    for (int m0 = 0; m0 < M; m0 += M_CHUNK) {
+        int m1 = m0 + M_CHUNK < M ? m0 + M_CHUNK : M;
+        #pragma omp for schedule(static)
+        for (int nb = 0; nb < npanels; nb++) {
+            int n0 = nb * NP, nt = N - n0 < NP ? N - n0 : NP, q = 0, Q = 0;
+            const WT *p = P + (size_t)n0 * K, *next = p + (size_t)NP * K;
+            const float *b = bias ? bias + n0 : NULL, *s = scale ? scale + n0 : NULL;
+            /* rows split into equal tiles (9 = 5 + 4, not 6 + 3): the longest tile sets the
+             * time; Q passes over the panel in all share the prefetch of the next one */
+            for (int m = m0, mt; m < m1; m += mt) {
+                mt = tile_rows(m1 - m);
+                Q += PASSES(mt);
+            }
+            int pf = nb + 1 == npanels ? PF_NONE : Q == 1 ? PF_AHEAD : Q < 4 ? PF_HALF : PF_QUARTER;
+            for (int m = m0, mt; m < m1; m += mt) {
+                mt = tile_rows(m1 - m);
+                const float *xm = x + (size_t)m * K;
+                float *ym = y + (size_t)m * N + n0;
+                switch (mt) {
+                    case 6: ROWS_TILE(6); break;
+                    case 5: ROWS_TILE(5); break;
+                    case 4: ROWS_TILE(4); break;
+                    case 3: ROWS_TILE(3); break;
+                    case 2: ROWS_TILE(2); break;
+                    default: ROWS_TILE(1); break;
+                }
+            }
+        }
+    }
+}
+
+#undef LINE_AT
+#undef PANEL_LINES
+#undef K_STEP
+#undef K_LOOP
+#undef DEFINE_TILE
+#undef TILE_ARGS
+#undef ROWS_TILE
+#undef WIDE_TILE
+#undef NARROW_TILE
