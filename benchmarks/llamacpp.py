@@ -147,23 +147,24 @@ def _fingerprint(hf_dir: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def convert(hf_dir: str | Path, version: str = VERSION) -> Path:
-    """Convert an HF Llama checkpoint to GGUF f32 (cached by the files' size and mtime)."""
+def convert(hf_dir: str | Path, version: str = VERSION, outtype: str = "f32") -> Path:
+    """Convert an HF Llama checkpoint to GGUF `outtype` (f32, or q8_0: llama.cpp's 8-bit
+    blocks of 32 with one fp16 scale each), cached by the files' size and mtime."""
     hf_dir = Path(hf_dir).resolve()
     stem = f"{hf_dir.name}-{hashlib.sha256(str(hf_dir).encode()).hexdigest()[:6]}"  # one per folder
-    out = CACHE / "gguf" / f"{stem}-{_fingerprint(hf_dir)}.f32.gguf"
+    out = CACHE / "gguf" / f"{stem}-{_fingerprint(hf_dir)}.{outtype}.gguf"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     src = str(fetch(version))
     tmp = out.with_suffix(".tmp")
-    code = _CONVERT_SHIM.format(src=src, args=[str(hf_dir), "--outtype", "f32", "--outfile", str(tmp)])
+    code = _CONVERT_SHIM.format(src=src, args=[str(hf_dir), "--outtype", outtype, "--outfile", str(tmp)])
     env = {**os.environ, "PYTHONPATH": src, "NO_LOCAL_GGUF": "1"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if r.returncode != 0 or not tmp.exists():
         raise RuntimeError(f"GGUF conversion of {hf_dir} failed:\n{r.stderr[-3000:]}")
     tmp.replace(out)
-    for stale in out.parent.glob(f"{stem}-*.f32.gguf"):  # older snapshots of the same folder
+    for stale in out.parent.glob(f"{stem}-*.{outtype}.gguf"):  # older snapshots of the same folder
         if stale != out:
             stale.unlink(missing_ok=True)
     return out

@@ -30,6 +30,7 @@ from .errors import CheckpointError, ConfigError
 from .models.llama import LlamaModel
 from .models.memory import require
 from .models.loader import load_model, load_tokenizer
+from .models.quantize import check_weights
 from .models.tokenizer import Tokenizer
 from .proposers import create as create_proposer
 from .proposers.auto import DEFAULT_ARMS
@@ -64,6 +65,8 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
     see models/loader.py). `weights`, `draft_weights` (default: the target's): "float32" or
     "int8" (models/quantize.py)."""
     target, draft = default_pair(target, draft)
+    for w in (weights, draft_weights or weights):
+        check_weights(w)                                  # before minutes of loading
     if threads:
         torch.set_num_threads(threads)
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -40,7 +40,8 @@ class LLM:
         "model": draft dir, "num_speculative_tokens": k, "prompt_lookup_min"/"_max": n}.
     Engine options: k_max, max_batch, max_model_len (default: the target's context),
         device ("cpu" or "cuda"), threads (torch threads), compile (the compiled decoder;
-        None: where it builds). Proposer options by name: ngram_min, ngram_max,
+        None: where it builds), dtype and draft_dtype (the weights: "float32", or "int8"
+        rounded at load; the draft's default to the target's). Proposer options by name: ngram_min, ngram_max,
         layerskip_layers, suffix_depth, auto_arms, ...
 
     Bad input raises a SpecdecError subclass (ConfigError, CheckpointError, PromptError)
@@ -52,6 +53,7 @@ class LLM:
                  model: PathLike | None = None, speculative_config: Mapping[str, object] | None = None,
                  k_max: int = DEFAULT_K_MAX, max_batch: int = DEFAULT_MAX_BATCH, max_model_len: int | None = None,
                  device: str = "cpu", threads: int | None = None, compile: bool | None = None,
+                 dtype: str = "float32", draft_dtype: str | None = None,
                  **proposer_options: object) -> None:
         if model is not None and target is not None:
             raise ConfigError("the target is given twice: target= and model=")
@@ -60,7 +62,8 @@ class LLM:
         limits = EngineConfig(max_batch=max_batch, device=device, threads=threads,  # checked before loading
                               max_model_len=EngineConfig.max_model_len if max_model_len is None else max_model_len)
         target_dir, draft_dir = default_pair(target if target is not None else model, want.draft)
-        self._models = load_models(target_dir, draft_dir, device=device, threads=threads, compile=compile)
+        self._models = load_models(target_dir, draft_dir, device=device, threads=threads, compile=compile,
+                                   weights=dtype, draft_weights=draft_dtype)
         self._spec = spec_config(want.method, want.k, k_max, self._models.draft is not None, want.options)
         context = self._models.target.config.max_position_embeddings
         self._engine = make_engine(self._models, self._spec,

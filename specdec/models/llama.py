@@ -28,18 +28,28 @@ def padded(n: int) -> int:
 
 
 class Linear(nn.Linear):
-    """nn.Linear that switches to a prepacked kernel for inference (see linear.py)."""
+    """nn.Linear that switches to a prepacked kernel for inference (see linear.py). Its weight
+    may be int8 with a `weight_scale` buffer (models/quantize.py)."""
     kernel: LinearKernel | None = None
+    packed: torch.Tensor | None = None
+
+    def dense_weight(self) -> torch.Tensor:
+        """(N, K) the weight in floats: int8 weights times their per-output scale."""
+        if self.weight.dtype == torch.int8:
+            return self.weight.float() * self.weight_scale[:, None]
+        return self.weight
 
     def prepare(self, kernel: LinearKernel) -> None:
         # derived from the weight, not state: a plain tensor, out of parameters() and state_dict()
-        # (the stock kernel "packs" to the weight Parameter itself, which would register anew)
+        # (the stock kernel "packs" to the weight Parameter itself, which would register anew).
+        # The whole-model kernel packs nothing here: its cached forward has its own copy
         self._parameters.pop("packed", None)
-        self.kernel, self.packed = kernel, kernel.pack(self.weight).detach()
+        self.kernel = kernel
+        self.packed = None if getattr(kernel, "whole_model", False) else kernel.pack(self.dense_weight()).detach()
 
     def forward(self, x):
-        if self.kernel is None or torch.is_grad_enabled():
-            return F.linear(x, self.weight, self.bias)
+        if self.packed is None or torch.is_grad_enabled():
+            return F.linear(x, self.dense_weight(), self.bias)
         return self.kernel(x, self.packed, self.bias)
 
 
@@ -147,12 +157,18 @@ class LlamaModel(nn.Module):
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        hd = cfg.head_dim
-        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", torch.empty(cfg.head_dim // 2), persistent=False)
+        self.reset_rope()
         self.kernel: LinearKernel | None = None
         self.native: native.NativeForward | None = None
         self.graphs = None        # CudaGraphs on CUDA, set by the loader (models/cuda_graphs.py)
+
+    def reset_rope(self) -> None:
+        """inv_freq (D/2,) from the config (again after a load into uninitialised storage)."""
+        c, hd = self.config, self.config.head_dim
+        if self.inv_freq.device.type != "meta":
+            with torch.no_grad():
+                self.inv_freq.copy_(1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)))
 
     @property
     def device(self) -> torch.device:
@@ -223,12 +239,12 @@ class LlamaModel(nn.Module):
         """Bytes of `new_cache(rows, max_len, num_layers)`."""
         c = self.config
         return cache_bytes(num_layers or c.num_hidden_layers, rows, c.num_key_value_heads, max_len, c.head_dim,
-                           self.lm_head.weight.dtype)
+                           self.model.norm.weight.dtype)
 
     def new_cache(self, rows: int, max_len: int, num_layers: int | None = None) -> KVCache:
         c = self.config
         return KVCache(num_layers or c.num_hidden_layers, rows, c.num_key_value_heads, max_len,
-                       c.head_dim, dtype=self.lm_head.weight.dtype, device=self.device)
+                       c.head_dim, dtype=self.model.norm.weight.dtype, device=self.device)
 
 
 def _argmax_into(logits: torch.Tensor, argmax_out: torch.Tensor | None) -> torch.Tensor:

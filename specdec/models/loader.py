@@ -19,7 +19,7 @@ from .config import ModelConfig
 from .llama import LlamaModel
 from .linear import choose_kernel
 from .memory import check_checkpoint
-from .quantize import quantize
+from .quantize import check_weights, int8_layout, quantize, quantized_names, round_state_dict
 from .tokenizer import Tokenizer
 
 
@@ -39,6 +39,19 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {path}")
 
 
+def _empty_model(cfg: ModelConfig, weights: str) -> LlamaModel:
+    """The module the load fills. int8: built on the meta device in the int8 layout and given
+    uninitialised storage, so that no float32 copy of the linear weights ever exists (the
+    stored tensors are rounded one by one as they load)."""
+    check_weights(weights)
+    if weights == "float32":
+        return LlamaModel(cfg)
+    with torch.device("meta"):
+        model = LlamaModel(cfg)
+        int8_layout(model)
+    return model.to_empty(device="cpu")
+
+
 def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
                prepare: bool = True, exact: bool = True, compile: bool | None = None,
                weights: str = "float32") -> LlamaModel:
@@ -51,19 +64,24 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {path}")
     cfg = ModelConfig.from_file(path / "config.json")
-    check_checkpoint(path, device)                       # before any weight is read
+    check_weights(weights)
+    check_checkpoint(path, device, weights)              # before any weight is read
     sd = _read_state_dict(path)
-    model = LlamaModel(cfg)
+    model = _empty_model(cfg, weights)
     if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied, or omitted by the checkpoint
     sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq")}
+    if weights == "int8":
+        round_state_dict(sd, quantized_names(model))
     try:
-        model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=True)
+        model.load_state_dict(sd, strict=True)             # copied into the fp32 parameters tensor by tensor
     except RuntimeError as e:
         detail = " ".join(str(e).split())[:300]
         raise CheckpointError(f"weights in {path} do not match config.json: {detail}") from e
+    del sd
+    model.reset_rope()
     model = model.to(device=device, dtype=dtype)
-    quantize(model, weights)
+    quantize(model, weights)                             # validates; the weights are already rounded
     if prepare:
         model.prepare(choose_kernel(torch.device(device).type, cfg.hidden_size,
                                     cfg.intermediate_size, exact, native=compile is not False))

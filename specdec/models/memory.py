@@ -8,7 +8,7 @@ process being killed half-way through a load.
   process's cgroup still allows (v2 `memory.max` - `memory.current`, or v1's limit - usage);
   on CUDA, the device's free memory. Where none is known, nothing is refused.
 - **A checkpoint's load** needs its weights as stored (read whole by safetensors) plus
-  LOAD_FP32_COPIES float32 copies of every parameter (see below). The shapes come from the
+  LOAD_COPIES float32 copies' worth of every parameter (see below). The shapes come from the
   safetensors headers, so nothing is read before the check.
 - **A KV cache** needs 2 x layers x rows x kv_heads x max_len x head_dim elements; it is
   zero-filled when allocated, so all of it is touched at once.
@@ -22,12 +22,14 @@ import torch
 
 from ..errors import ResourceError
 
-# float32 copies of the parameters at the peak of a CPU load: the freshly built module, the
-# upcast state dict (a copy only when stored in fp16/bf16) and the packed weights of the linear
-# kernel and of the compiled decoder. Measured on the bundled target (stored in 16 bits): peak
-# RSS = stored + 2.55 float32 copies with the compiled decoder, 2.22 without; 3 leaves a margin
+# float32 copies of the parameters at the peak of a CPU load, beyond the stored weights: the
+# module, into which the stored tensors are copied one by one, and the compiled decoder's packed
+# weights. Measured peak RSS (stored + copies x 4 bytes x parameters), bundled target / random
+# Qwen2.5-0.5B shape: float32 2.10 / 1.79; int8 (each weight rounded as it loads, kept and
+# packed at 1 byte; the fp32 embedding and the rounding's temporaries) 1.45 / 0.83. The
+# constants leave a margin over the small model, whose freed temporaries the allocator keeps
 # (tests/models/test_memory.py::test_the_load_estimate_covers_a_real_load checks both bounds).
-LOAD_FP32_COPIES = 3
+LOAD_COPIES = {"float32": 2.5, "int8": 2.0}
 
 
 def _read_int(path: str) -> int | None:
@@ -95,14 +97,15 @@ def checkpoint_bytes(path: Path) -> tuple[int, int] | None:
         return None
 
 
-def check_checkpoint(path: Path, device: str) -> None:
-    """Refuse to load checkpoint `path` if its load would not fit (see the module docstring)."""
+def check_checkpoint(path: Path, device: str, weights: str = "float32") -> None:
+    """Refuse to load checkpoint `path` with `weights` ("float32" or "int8") if its load
+    would not fit (see the module docstring)."""
     sizes = checkpoint_bytes(path)
     if sizes is None:
         return
     numel, stored = sizes
-    need = stored + LOAD_FP32_COPIES * 4 * numel
-    require(need, f"loading {path.name} ({numel / 1e9:.2f}B parameters as float32)",
+    need = stored + LOAD_COPIES[weights] * 4 * numel
+    require(need, f"loading {path.name} ({numel / 1e9:.2f}B parameters, {weights} weights)",
             "use a smaller model or free memory", torch.device("cpu"))
     if torch.device(device).type == "cuda":
         require(2 * 4 * numel, f"{path.name}'s weights", "use a smaller model", torch.device(device))

@@ -3,6 +3,7 @@ the guarantees that must survive it: bitwise shape invariance, greedy identity, 
 from __future__ import annotations
 
 import ctypes
+import json
 
 import pytest
 import torch
@@ -36,12 +37,22 @@ def test_rounding_is_per_channel_symmetric_and_recoverable():
     q, s = int8_per_channel(w)
     assert q.dtype == torch.int8 and q.abs().max() == 127 and s[7] == 1.0 and not q[7].any()
     assert ((q.float() * s[:, None] - w).abs() <= s[:, None] / 2 * (1 + 1e-6)).all()
-    lin = torch.nn.Linear(24, 40, bias=False)
-    with torch.no_grad():
-        lin.weight.copy_(q.float() * s[:, None])
-    lin.weight_scale = s
-    q2, s2 = int8_weight(lin)
-    assert torch.equal(q2, q) and torch.equal(s2, s)
+
+
+def test_a_quantized_model_stores_int8_and_keeps_its_embedding():
+    """1 byte a weight plus a scale per row, in the state dict; a tied embedding is untied
+    and keeps its fp32 rows; the eager forward uses q * s."""
+    model = make_model(0, prepare=False, tie_word_embeddings=True)
+    embed = model.model.embed_tokens.weight.detach().clone()
+    head = model.lm_head.weight.detach().clone()
+    quantize(model, "int8")
+    sd = model.state_dict()
+    assert sd["lm_head.weight"].dtype == torch.int8 and "lm_head.weight_scale" in sd
+    assert sd["model.layers.0.mlp.down_proj.weight"].dtype == torch.int8
+    assert torch.equal(model.model.embed_tokens.weight, embed)
+    q, s = int8_weight(model.lm_head)
+    assert torch.equal((q, s)[0], int8_per_channel(head)[0]) and torch.equal(s, int8_per_channel(head)[1])
+    assert torch.equal(model.lm_head.dense_weight(), q.float() * s[:, None])
 
 
 def test_an_unknown_weight_type_is_refused():
@@ -134,3 +145,23 @@ def test_int8_speculative_sampling_follows_the_exact_law():
         m.prepare(KERNELS["native"]())
     pair = (target, draft)
     assert law.p_value(law.sampled(pair, "draft"), law.exact_law(target)) > law.P_MIN
+
+
+def test_the_command_line_decodes_int8_and_speculation_keeps_its_text(capsys, tiny_dirs):
+    """--dtype int8 for the target, --draft-dtype float32 for the draft: the greedy text
+    equals the int8 target's plain text."""
+    from specdec.cli import main
+    t, d = tiny_dirs
+    base = ["generate", "--target", str(t), "--prompt", "def f(x):", "--max-new-tokens", "12", "--ignore-eos",
+            "--json", "--dtype", "int8"]
+    outs = []
+    for extra in ([], ["--draft", str(d), "--draft-dtype", "float32", "--k", "3"]):
+        assert main(base + extra) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[1]["token_ids"] == outs[0]["token_ids"] and outs[1]["stats"]["drafts"] > 0
+
+
+def test_an_unknown_dtype_is_refused_before_loading(tiny_dirs):
+    from specdec import LLM
+    with pytest.raises(ConfigError, match="float32, int8"):
+        LLM(*tiny_dirs, dtype="int4")

@@ -30,7 +30,7 @@ def test_an_over_size_cache_is_refused_before_it_is_allocated(tiny_target, tiny_
 def test_an_over_size_checkpoint_is_refused_before_a_weight_is_read(tiny_dirs, monkeypatch):
     target, _ = tiny_dirs
     numel, stored = memory.checkpoint_bytes(target)
-    need = stored + memory.LOAD_FP32_COPIES * 4 * numel
+    need = stored + memory.LOAD_COPIES["float32"] * 4 * numel
     monkeypatch.setattr(memory, "host_available", lambda: need - 1)
     monkeypatch.setattr(loader, "_read_state_dict", lambda path: pytest.fail("weights were read"))
     with pytest.raises(ResourceError, match=r"loading target .* needs about .* GiB, but only .* in host memory"):
@@ -45,7 +45,8 @@ def test_an_unreadable_header_is_left_to_the_loader(tmp_path):
     assert memory.checkpoint_bytes(tmp_path) is None
 
 
-def test_the_load_estimate_covers_a_real_load():
+@pytest.mark.parametrize("weights", ["float32", "int8"])
+def test_the_load_estimate_covers_a_real_load(weights):
     """The peak resident memory of loading the bundled target (the compiled decoder's packing
     included) stays under the estimate, and the estimate is not a blanket refusal (< 2x).
     VmHWM, not ru_maxrss: the latter keeps the forking parent's (pytest's) peak across exec."""
@@ -55,9 +56,9 @@ def test_the_load_estimate_covers_a_real_load():
         "def kb(f): return next(int(l.split()[1]) for l in Path('/proc/self/status').read_text().splitlines() if l.startswith(f))\n"
         "base = kb('VmRSS:') * 1024; path = Path(%r)\n"
         "numel, stored = memory.checkpoint_bytes(path)\n"
-        "m = loader.load_model(path)\n"
+        "m = loader.load_model(path, weights=%r)\n"
         "peak = kb('VmHWM:') * 1024 - base\n"
-        "print(peak, stored + memory.LOAD_FP32_COPIES * 4 * numel)\n") % str(default_target())
+        "print(peak, int(stored + memory.LOAD_COPIES[%r] * 4 * numel))\n") % (str(default_target()), weights, weights)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     peak, estimate = map(int, out.stdout.split())

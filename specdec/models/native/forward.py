@@ -44,7 +44,7 @@ def _ptrs(tensors) -> ctypes.Array:
 def supported(model) -> str | None:
     """None if the native decoder can run `model`, else why not."""
     c = model.config
-    if model.device.type != "cpu" or model.lm_head.weight.dtype != torch.float32:
+    if model.device.type != "cpu" or model.model.norm.weight.dtype != torch.float32:
         return "the native decoder runs fp32 on the CPU"
     for name, n in (("hidden_size", c.hidden_size), ("head_dim", c.head_dim),
                     ("intermediate_size", c.intermediate_size)):

@@ -86,9 +86,11 @@ size_t sd_packed_floats(int N, int K) { return (size_t)((N + NP - 1) / NP) * NP 
 #define PASSES(mt) 1
 #else
 /* MT rows over one panel: all 4 vectors at once, or its two halves in turn (two passes).
- * Wide: up to 2 rows, or 3 rows that are the whole call (measured: 3 rows beside a 4-row
- * tile, T = 7, took 5.5 ms wide and 4.3 ms as halves; T = 3 alone 3.6 wide, 4.0 halves) */
-#define WIDE(mt) ((mt) <= 2 || ((mt) <= WIDE_ROWS && m1 - m0 == (mt)))
+ * Wide: up to 2 rows, or 3 rows that are the whole call where the weights can be FMA memory
+ * operands (WIDE3: fp32; measured: 3 rows beside a 4-row tile, T = 7, took 5.5 ms wide and
+ * 4.3 ms as halves; T = 3 alone 3.6 wide, 4.0 halves). int8 weights must be widened in
+ * registers first, and 3 wide rows spill (0.5B shape, T = 3: 1.82 t(1) wide). */
+#define WIDE(mt) ((mt) <= 2 || (WIDE3 && (mt) <= WIDE_ROWS && m1 - m0 == (mt)))
 #define PASSES(mt) (WIDE(mt) ? 1 : 2)
 #endif
 
@@ -103,17 +105,21 @@ static inline int tile_rows(int left) {
 #define WT float
 #define LDW VLOAD
 #define SFX(n) n
+#define WIDE3 1
 #include "linear_tiles.h"
 #undef WT
 #undef LDW
 #undef SFX
+#undef WIDE3
 #define WT int8_t
 #define LDW VLOAD_I8
 #define SFX(n) n##_i8
+#define WIDE3 0
 #include "linear_tiles.h"
 #undef WT
 #undef LDW
 #undef SFX
+#undef WIDE3
 
 /* y (M, N) = x (M, K) @ W (N, K)^T: the forward's linear on its own (benchmarks, tests) */
 void sd_linear(const float *x, int M, int K, const float *W, int N, float *y, int threads) {

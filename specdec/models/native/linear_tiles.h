@@ -15,10 +15,15 @@ void SFX(sd_pack)(const WT *W, int N, int K, WT *P) {
             }
 }
 
-/* bytes from a panel's line `line` (64 bytes each) for the prefetches; a panel has
- * K * NP * sizeof(WT) / 64 of them */
+/* The next panel's prefetch, spread evenly over the first n passes of this one: the panel
+ * has K * NP * sizeof(WT) / 64 lines, so pass q at step k takes line (qK + k) / PF_EVERY(n)
+ * when that divides (fp32: every k for 2 passes, every other k for 4; int8: 4 and 8). */
 #define LINE_AT(base, line) ((const char *)(base) + (size_t)(line) * 64)
-#define PANEL_LINES ((size_t)K * NP * sizeof(WT) / 64)
+#define PF_EVERY(n) ((size_t)(n) * 64 / (NP * sizeof(WT)))
+#define PF_SPREAD(n, k) do {                                                                   \
+    size_t at = (size_t)q * K + (k);                                                           \
+    if (at % PF_EVERY(n) == 0) PREFETCH_L2(LINE_AT(next, at / PF_EVERY(n)));                   \
+} while (0)
 
 /* one k of a tile: NV vectors of each of NPN panels, a broadcast per row */
 #define K_STEP(MT, NPN, NV, PF, k, KP) {                                                           \
@@ -30,8 +35,7 @@ void SFX(sd_pack)(const WT *W, int N, int K, WT *P) {
     if (PF == PF_AHEAD) for (int j = 0; j < NPN; j++)                                          \
         for (size_t l = 0; l < NP * sizeof(WT); l += 64)                                       \
             PREFETCH_L2((const char *)(p + j * ps + (size_t)((k) + PF_STEPS) * NP) + l);       \
-    if (PF == PF_HALF && (size_t)q * K + (k) < PANEL_LINES)                                    \
-        PREFETCH_L2(LINE_AT(next, (size_t)q * K + (k)));                                       \
+    if (PF == PF_HALF) PF_SPREAD(2, k);                                                        \
     for (int i = 0; i < MT; i++) {                                                             \
         vec xb = VBCAST(x + (size_t)i * K + (k));                                              \
         for (int j = 0; j < NPN * NV; j++) a[i][j] = VFMA(xb, w[j], a[i][j]);                 \
@@ -40,8 +44,7 @@ void SFX(sd_pack)(const WT *W, int N, int K, WT *P) {
 /* the k loop, two k at a time (K is a multiple of 8) */
 #define K_LOOP(MT, NPN, NV, PF, KP) for (int k = 0; k < K; k += 2) {                               \
     K_STEP(MT, NPN, NV, PF, k, KP) K_STEP(MT, NPN, NV, PF, k + 1, KP)                                \
-    if (PF == PF_QUARTER && ((size_t)q * K + k) / 2 < PANEL_LINES)                             \
-        PREFETCH_L2(LINE_AT(next, ((size_t)q * K + k) / 2));                                   \
+    if (PF == PF_QUARTER) PF_SPREAD(4, k);                                                     \
 }
 
 /* MT input rows against NV vectors (8 outputs each) of NPN consecutive panels at p (p may
@@ -150,7 +153,8 @@ static void SFX(linear)(const float *x, int M, int K, const WT *P, const float *
 }
 
 #undef LINE_AT
-#undef PANEL_LINES
+#undef PF_EVERY
+#undef PF_SPREAD
 #undef K_STEP
 #undef K_LOOP
 #undef DEFINE_TILE
