@@ -6,8 +6,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import CheckpointError
+from .rope import ROPE_TYPES
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
+
+
+def _rope_scaling(d: dict) -> tuple | None:
+    """config.json's rope scaling (`rope_scaling`, or transformers 5's `rope_parameters`) as
+    sorted (key, value) pairs, "rope_type" normalised; None when there is none."""
+    raw = d.get("rope_scaling") or d.get("rope_parameters") or {}
+    items = {k: v for k, v in raw.items() if k not in ("rope_theta", "type")}
+    items["rope_type"] = raw.get("rope_type", raw.get("type", "default"))
+    return None if items == {"rope_type": "default"} else tuple(sorted(items.items()))
 
 
 @dataclass(frozen=True)
@@ -27,9 +37,13 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     architecture: str = "LlamaForCausalLM"
+    rope_scaling: tuple | None = None   # ((key, value), ...) of config.json's rope_scaling; models/rope.py
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
+        kind = dict(self.rope_scaling or ()).get("rope_type", "default")
+        if kind not in ROPE_TYPES:
+            raise CheckpointError(f"rope scaling {kind!r} is not supported; specdec decodes {', '.join(ROPE_TYPES)}")
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         if self.num_attention_heads % self.num_key_value_heads:
@@ -67,6 +81,7 @@ class ModelConfig:
                 bos_token_id=d.get("bos_token_id"),
                 eos_token_id=d.get("eos_token_id"),
                 architecture=arch,
+                rope_scaling=_rope_scaling(d),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"config.json is missing or has a bad field: {e}") from e
@@ -86,6 +101,7 @@ class ModelConfig:
     def to_hf_dict(self) -> dict:
         d = asdict(self)
         d.pop("extra")
+        d["rope_scaling"] = dict(self.rope_scaling) if self.rope_scaling else None
         arch = d.pop("architecture")
         d["architectures"] = [arch]
         d["model_type"] = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 from .kv_cache import KVCache
+from .rope import inv_freq
 from .memory import cache_bytes
 from . import native
 from .linear import LinearKernel, fallback_kernel
@@ -165,10 +166,10 @@ class LlamaModel(nn.Module):
 
     def reset_rope(self) -> None:
         """inv_freq (D/2,) from the config (again after a load into uninitialised storage)."""
-        c, hd = self.config, self.config.head_dim
+        c = self.config
         if self.inv_freq.device.type != "meta":
             with torch.no_grad():
-                self.inv_freq.copy_(1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)))
+                self.inv_freq.copy_(inv_freq(c.rope_theta, c.head_dim, dict(c.rope_scaling or ())))
 
     @property
     def device(self) -> torch.device:
