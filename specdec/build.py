@@ -58,12 +58,12 @@ def default_pair(target: str | Path | None, draft: str | Path | None) -> tuple[P
 
 
 def load_models(target: str | Path | None = None, draft: str | Path | None = None, device: str = "cpu",
-                threads: int | None = None, compile: bool | None = None, weights: str = "float32",
+                threads: int | None = None, compile: bool | None = None, weights: str | None = None,
                 draft_weights: str | None = None) -> Models:
     """Load the target (and draft; `default_pair` picks them); refuse a draft whose vocabulary
     differs from the target's. `compile`: use the compiled decoder (None: where it builds;
-    see models/loader.py). `weights`, `draft_weights` (default: the target's): "float32" or
-    "int8" (models/quantize.py)."""
+    see models/loader.py). `weights`, `draft_weights` (default: the target's): "float32",
+    "int8" (models/quantize.py), or None: as each checkpoint stores them."""
     target, draft = default_pair(target, draft)
     for w in (weights, draft_weights or weights):
         check_weights(w)                                  # before minutes of loading

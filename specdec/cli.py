@@ -12,7 +12,7 @@ import sys
 
 from .errors import SpecdecError
 
-COMMANDS = ("generate", "trace", "train", "profile", "analyze", "serve")
+COMMANDS = ("generate", "trace", "train", "profile", "analyze", "serve", "quantize")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,7 +22,7 @@ def serving(args, host: str = "127.0.0.1", k=4, max_batch: int = 32):
     target, draft = default_pair(getattr(args, "target", None), getattr(args, "draft", None))
     models = load_models(target, draft, device=getattr(args, "device", "cpu") or "cpu",
                          threads=getattr(args, "threads", None), compile=getattr(args, "compile", None),
-                         weights=getattr(args, "dtype", None) or "float32", draft_weights=getattr(args, "draft_dtype", None))
+                         weights=getattr(args, "dtype", None), draft_weights=getattr(args, "draft_dtype", None))
     method = getattr(args, "method", None) or ("draft" if models.draft is not None else "none")
     if method == "none":
         raise ConfigError("measuring speculation locally needs a draft model or --method")

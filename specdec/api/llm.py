@@ -40,8 +40,8 @@ class LLM:
         "model": draft dir, "num_speculative_tokens": k, "prompt_lookup_min"/"_max": n}.
     Engine options: k_max, max_batch, max_model_len (default: the target's context),
         device ("cpu" or "cuda"), threads (torch threads), compile (the compiled decoder;
-        None: where it builds), dtype and draft_dtype (the weights: "float32", or "int8"
-        rounded at load; the draft's default to the target's). Proposer options by name: ngram_min, ngram_max,
+        None: where it builds), dtype and draft_dtype (the weights: "float32", "int8"
+        rounded at load, or None: as stored; the draft's default to the target's). Proposer options by name: ngram_min, ngram_max,
         layerskip_layers, suffix_depth, auto_arms, ...
 
     Bad input raises a SpecdecError subclass (ConfigError, CheckpointError, PromptError)
@@ -53,7 +53,7 @@ class LLM:
                  model: PathLike | None = None, speculative_config: Mapping[str, object] | None = None,
                  k_max: int = DEFAULT_K_MAX, max_batch: int = DEFAULT_MAX_BATCH, max_model_len: int | None = None,
                  device: str = "cpu", threads: int | None = None, compile: bool | None = None,
-                 dtype: str = "float32", draft_dtype: str | None = None,
+                 dtype: str | None = None, draft_dtype: str | None = None,
                  **proposer_options: object) -> None:
         if model is not None and target is not None:
             raise ConfigError("the target is given twice: target= and model=")

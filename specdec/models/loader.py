@@ -8,6 +8,7 @@ on the CPUs we target.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -19,7 +20,8 @@ from .config import ModelConfig
 from .llama import LlamaModel
 from .linear import choose_kernel
 from .memory import check_checkpoint
-from .quantize import check_weights, int8_layout, quantize, quantized_names, round_state_dict
+from .quantize import (QUANT_CONFIG, check_weights, int8_layout, quantize, quantized_names,
+                       round_state_dict, stored_weights)
 from .tokenizer import Tokenizer
 
 
@@ -54,24 +56,30 @@ def _empty_model(cfg: ModelConfig, weights: str) -> LlamaModel:
 
 def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
                prepare: bool = True, exact: bool = True, compile: bool | None = None,
-               weights: str = "float32") -> LlamaModel:
+               weights: str | None = None) -> LlamaModel:
     """Build a `LlamaModel` from a checkpoint directory and load its weights. `exact`: a
     row-invariant linear kernel (a target's; models/linear.py), else the fastest (a draft's).
     `compile`: the compiled decoder (models/native on the CPU, CUDA graphs on CUDA) where it
     builds (None, the default), always (True: a ConfigError where it cannot) or never (False:
-    eager PyTorch). `weights`: "float32", or "int8" (rounded at load, models/quantize.py)."""
+    eager PyTorch). `weights`: "float32", "int8" (rounded at load, models/quantize.py), or
+    None: as stored (int8 for a folder written by `specdec quantize`, else float32)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {path}")
     cfg = ModelConfig.from_file(path / "config.json")
     check_weights(weights)
+    stored = stored_weights(json.loads((path / "config.json").read_text()))
+    weights = weights or stored
+    if stored == "int8" and weights != "int8":
+        raise ConfigError(f"{path.name} stores int8 weights (written by `specdec quantize`): load it with "
+                          "--dtype int8, or without --dtype")
     check_checkpoint(path, device, weights)              # before any weight is read
     sd = _read_state_dict(path)
     model = _empty_model(cfg, weights)
     if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied, or omitted by the checkpoint
     sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq")}
-    if weights == "int8":
+    if weights == "int8" and stored == "float32":
         round_state_dict(sd, quantized_names(model))
     try:
         model.load_state_dict(sd, strict=True)             # copied into the fp32 parameters tensor by tensor
@@ -106,17 +114,24 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 
 def save_checkpoint(model: LlamaModel, tokenizer_json: str | Path, out: str | Path,
                     dtype=torch.float16, card: str | None = None) -> Path:
-    """Write a Hugging Face checkpoint directory (weights stored as `dtype`)."""
+    """Write a Hugging Face checkpoint directory (float weights stored as `dtype`). A model with
+    int8 weights keeps them, with their float32 scales, and says so in config.json (its
+    lm_head is untied: stored apart from the embedding)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = model.config
-    sd = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    int8 = getattr(model, "weight_dtype", "float32") == "int8"
+    cfg = replace(model.config, tie_word_embeddings=False) if int8 else model.config
+    keep = lambda k, v: v.dtype == torch.int8 or k.endswith(".weight_scale")  # noqa: E731
+    sd = {k: v.detach().to("cpu", None if keep(k, v) else dtype).contiguous() for k, v in model.state_dict().items()}
     if cfg.tie_word_embeddings:
         sd.pop("lm_head.weight", None)
     tmp = out / "model.safetensors.tmp"
     save_file(sd, str(tmp), metadata={"format": "pt"})
     tmp.replace(out / "model.safetensors")
-    (out / "config.json").write_text(json.dumps(cfg.to_hf_dict(), indent=2) + "\n")
+    hf = cfg.to_hf_dict()
+    if int8:
+        hf["quantization_config"] = QUANT_CONFIG
+    (out / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     tok = Path(tokenizer_json)
     if tok.resolve() != (out / "tokenizer.json").resolve():
         (out / "tokenizer.json").write_text(tok.read_text())

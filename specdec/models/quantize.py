@@ -19,6 +19,16 @@ from ..errors import ConfigError
 
 WEIGHT_DTYPES = ("float32", "int8")
 INT8_MAX = 127      # symmetric: -127..127, so that -q is representable for every q
+# config.json's entry in a folder written by `specdec quantize`: its linears hold int8 weights
+# and their "<name>.weight_scale" float32 tensors (transformers does not read this format)
+QUANT_METHOD = "specdec-int8"
+QUANT_CONFIG = {"quant_method": QUANT_METHOD, "bits": 8, "symmetric": True, "granularity": "per_output_channel"}
+
+
+def stored_weights(config: dict) -> str:
+    """The weight type a checkpoint's config.json says its linears are stored in."""
+    q = config.get("quantization_config") or {}
+    return "int8" if q.get("quant_method") == QUANT_METHOD else "float32"
 
 
 def int8_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,8 +79,9 @@ def round_state_dict(sd: dict, names: list[str]) -> None:
             sd[name + ".weight"] = w                       # the wrong shape: load_state_dict says so
 
 
-def check_weights(weights: str) -> None:
-    if weights not in WEIGHT_DTYPES:
+def check_weights(weights: str | None) -> None:
+    """`weights` is a weight type, or None (as the checkpoint stores them)."""
+    if weights is not None and weights not in WEIGHT_DTYPES:
         raise ConfigError(f"weights must be one of {', '.join(WEIGHT_DTYPES)}, not {weights!r}")
 
 

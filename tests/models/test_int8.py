@@ -165,3 +165,26 @@ def test_an_unknown_dtype_is_refused_before_loading(tiny_dirs):
     from specdec import LLM
     with pytest.raises(ConfigError, match="float32, int8"):
         LLM(*tiny_dirs, dtype="int4")
+
+
+def test_a_quantized_folder_loads_as_the_rounding_at_load_does(tiny_dirs, tmp_path, capsys):
+    """`specdec quantize` writes int8 weights and their scales; loading the folder gives the
+    same model, bit for bit, as rounding the original at load; it refuses float32."""
+    from specdec.cli import main
+    t, _ = tiny_dirs
+    out = tmp_path / "q8"
+    assert main(["quantize", "--model", str(t), "--out", str(out)]) == 0
+    assert "int8 weights" in capsys.readouterr().out
+    assert json.loads((out / "config.json").read_text())["quantization_config"]["quant_method"] == "specdec-int8"
+    a, b = load_model(t, weights="int8"), load_model(out)
+    assert b.weight_dtype == "int8" and b.lm_head.weight.dtype == torch.int8
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    toks = torch.randint(2, a.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(5))
+    pos = torch.arange(9)[None]
+    with torch.inference_mode():
+        assert torch.equal(a(toks, pos, a.new_cache(1, 16)), b(toks, pos, b.new_cache(1, 16)))
+    with pytest.raises(ConfigError, match="stores int8"):
+        load_model(out, weights="float32")
+    assert main(["quantize", "--model", str(t), "--out", str(out)]) == 2           # not empty: refused
+    assert "not an empty directory" in capsys.readouterr().err
