@@ -60,6 +60,13 @@ def add_parser(sub) -> None:
                    help="reuse the cost model's cached step times instead of timing them now")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--out", type=Path, default=Path("specdec-analysis"), help="output directory")
+    w = p.add_argument_group("what if (costs of a shape without its weights; analysis/what_if.py)")
+    w.add_argument("--what-if-shape", type=Path, metavar="CONFIG.json",
+                   help="predict the speed-up curve of this model shape from the measured costs of a "
+                        "random-weight model of it (with --dtype) and assumed acceptance rates")
+    w.add_argument("--draft-shape", type=Path, metavar="CONFIG.json",
+                   help="the draft's shape, timed likewise (default: a draft step at 0.1 x a target step)")
+    w.add_argument("--alpha", type=_list(float), help="acceptance rates to predict at (default 0.5,...,0.9)")
     add_remote_args(p)
     p.set_defaults(func=run)
 
@@ -77,6 +84,9 @@ def _prompts(args, tokenizer, names, n, prompt_tokens, long_tokens) -> dict[str,
 
 
 def run(args) -> int:
+    if args.what_if_shape:
+        from ..analysis.what_if import run_what_if
+        return run_what_if(args)
     if any(getattr(args, name, None) for name in ("endpoint", "emit_vllm_config", "check_config")):
         from ..analysis.remote import run_remote
         return run_remote(args)
