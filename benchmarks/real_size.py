@@ -38,6 +38,7 @@ from specdec.costs.cache import _cpu_name  # noqa: E402
 from specdec.defaults import bundled_dir  # noqa: E402
 from specdec.models.loader import load_model, load_tokenizer  # noqa: E402
 from specdec.models.quantize import quantized_linears  # noqa: E402
+from specdec.analysis.what_if import CACHED, forward_times  # noqa: E402
 
 CACHE = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "real_size"
 # The published configs' shapes. Llama-3.2-1B's llama3 rope scaling is left out: it changes
@@ -55,7 +56,6 @@ SHAPES = {
 }
 GGUF_TYPE = {"float32": "f32", "int8": "q8_0"}   # llama.cpp's counterpart of each weight type
 PROMPT_TOKENS, NEW_TOKENS = 64, 32
-CACHED = 256                                     # keys in the cache while t(b, q) is timed
 CURVE = [(b, q) for b in (1, 4, 16) for q in (1, 2, 3, 5, 9, 16) if b * q <= 64]   # rows per call <= 64
 
 
@@ -90,29 +90,12 @@ def weight_stream_bytes(model) -> int:
                for m in quantized_linears(model))
 
 
-def median_time(fn, calls: int) -> float:
-    fn()
-    ts = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def curve(model, calls: int) -> dict[str, float]:
     """{"b,q": seconds} of a forward of q positions in each of b rows, CACHED keys cached."""
-    cache = model.new_cache(max(b for b, _ in CURVE), CACHED + 32)
     out = {}
-    with torch.inference_mode():
-        model(torch.randint(2, 1000, (1, CACHED)), torch.arange(CACHED)[None], cache)     # row 0's prefill
-        for layer in range(len(cache.k)):                                                 # copied to all rows
-            cache.k[layer][1:] = cache.k[layer][0]
-            cache.v[layer][1:] = cache.v[layer][0]
-        for b, q in CURVE:
-            toks = torch.randint(2, 1000, (b, q))
-            pos = (torch.arange(q) + CACHED).expand(b, q).contiguous()
-            out[f"{b},{q}"] = median_time(lambda: model(toks, pos, cache), calls)
+    for b in sorted({b for b, _ in CURVE}):
+        times = forward_times(model, [b], [q for bb, q in CURVE if bb == b], calls)
+        out.update({f"{b},{q}": v for (b, q), v in times.items()})
     return out
 
 
