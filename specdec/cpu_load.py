@@ -15,6 +15,8 @@ import time
 
 WINDOW_S = 0.5      # how long the direct sample watches: long enough for a busy loop to show fully
 HELD = 0.5          # a core counts as taken when other processes use more than half of it
+MIN_TICKS = 50      # the least window others_busy reads from its ticks (0.25 s of 2 CPUs at 100 Hz):
+                    # in a few-ms window one tick of any other process reads as a whole core
 NOW_S = 0.2         # busy_now's window, paid when a busy-marked table is read: 20 ticks of a
                     # 100 Hz clock per CPU still show a busy loop whole
 
@@ -68,9 +70,10 @@ def snapshot() -> tuple[int, int, int] | None:
 
 def others_busy(since: tuple[int, int, int] | None) -> bool:
     """Other processes held a core (more than HELD of it) since `since`: the system's busy time
-    minus this process's own, over the window; busy_now() where that cannot be read."""
+    minus this process's own, over the window; busy_now() where that cannot be read, or the
+    window is too short to tell (MIN_TICKS)."""
     now = snapshot()
-    if since is None or now is None or now[1] <= since[1]:
+    if since is None or now is None or now[1] - since[1] < MIN_TICKS:
         return busy_now()
     others = (now[0] - since[0]) - (now[2] - since[2])
     return others / (now[1] - since[1]) * (os.cpu_count() or 1) > HELD

@@ -116,9 +116,11 @@ def test_make_policy_measures_the_cost_table_once_and_caches_it(tiny_target, tin
     """Without a cost model, make_policy builds one: forwards, and real rounds at every grid row
     up to max_batch, k = 0..k_max, greedy and sampled; a second build reads it from disk."""
     import specdec.build as build
+    import specdec.costs.cache as cost_cache
     import specdec.costs.profiling as profiling
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     monkeypatch.setattr(profiling, "time_forwards", lambda model, b, L, qs, *a, **kw: {q: 1e-3 * q for q in qs})
+    monkeypatch.setattr(cost_cache, "contended", lambda since=None: False)   # a busy machine re-times: not tested here
     timed = []
 
     def timer(key, b, ks, sampled):
