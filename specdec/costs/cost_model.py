@@ -12,6 +12,7 @@ from the cache and timed only where it lacks them, and only when asked.
 from __future__ import annotations
 
 import statistics
+import sys
 
 import numpy as np
 
@@ -77,6 +78,10 @@ class CostModel:
         table = self.rounds[(key, sampled)] = RoundTable.from_json(d, d["contended"]) if d else RoundTable()
         ks = [*range(self.k_max + 1)]
         todo = [b for b in batch_sizes if any((b, k) not in table.points for k in ks)]
+        if todo:                  # tens of seconds per batch size, once per machine: say so
+            print(f"specdec: timing {key.method} rounds ({'sampled' if sampled else 'greedy'}) at batch "
+                  f"sizes {', '.join(map(str, todo))} for k = auto; cached in {cache.cache_dir() / 'costs'}",
+                  file=sys.stderr, flush=True)
         for b in todo:
             since = snapshot()
             runs = [timer(key, b, ks, sampled) for _ in range(repeats)]
