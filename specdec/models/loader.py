@@ -73,7 +73,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     if stored == "int8" and weights != "int8":
         raise ConfigError(f"{path.name} stores int8 weights (written by `specdec quantize`): load it with "
                           "--dtype int8, or without --dtype")
-    check_checkpoint(path, device, weights)              # before any weight is read
+    check_checkpoint(path, device, weights, cfg.vocab_size * cfg.hidden_size)   # before any weight is read
     sd = _read_state_dict(path)
     model = _empty_model(cfg, weights)
     if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):

@@ -7,9 +7,10 @@ process being killed half-way through a load.
 - **Available** is the smallest of what the kernel reports (`MemAvailable`) and what the
   process's cgroup still allows (v2 `memory.max` - `memory.current`, or v1's limit - usage);
   on CUDA, the device's free memory. Where none is known, nothing is refused.
-- **A checkpoint's load** needs its weights as stored (read whole by safetensors) plus
-  LOAD_COPIES float32 copies' worth of every parameter (see below). The shapes come from the
-  safetensors headers, so nothing is read before the check.
+- **A checkpoint's load** needs its weights as stored (read whole by safetensors) plus, for
+  float32 weights, FP32_COPIES float32 copies of every parameter; for int8 weights, the fp32
+  embedding, 2 bytes a parameter (kept and packed), the rounding's temporaries and SLACK
+  (`load_bytes`). The shapes come from the safetensors headers, so nothing is read first.
 - **A KV cache** needs 2 x layers x rows x kv_heads x max_len x head_dim elements; it is
   zero-filled when allocated, so all of it is touched at once.
 """
@@ -22,14 +23,17 @@ import torch
 
 from ..errors import ResourceError
 
-# float32 copies of the parameters at the peak of a CPU load, beyond the stored weights: the
-# module, into which the stored tensors are copied one by one, and the compiled decoder's packed
-# weights. Measured peak RSS (stored + copies x 4 bytes x parameters), bundled target / random
-# Qwen2.5-0.5B shape: float32 2.10 / 1.79; int8 (each weight rounded as it loads, kept and
-# packed at 1 byte; the fp32 embedding and the rounding's temporaries) 1.45 / 0.83. The
-# constants leave a margin over the small model, whose freed temporaries the allocator keeps
-# (tests/models/test_memory.py::test_the_load_estimate_covers_a_real_load checks both bounds).
-LOAD_COPIES = {"float32": 2.5, "int8": 2.0}
+# float32 copies of the parameters at the peak of a float32 CPU load, beyond the stored weights:
+# the module, into which the stored tensors are copied one by one, and the compiled decoder's
+# packed weights. Measured peak RSS = stored + 2.10 copies (bundled target) and 1.79 (random
+# Qwen2.5-0.5B shape); 2.5 leaves a margin.
+FP32_COPIES = 2.5
+# An int8 load rounds each stored tensor as it is read: its fp32 temporaries are at most
+# ROUNDING_TEMPS copies of the largest matrix (the embedding-sized lm_head), and SLACK covers
+# what the allocator keeps of them on a small model (peak 217 MB for the bundled target,
+# against 128 MB of tensors). tests/models/test_memory.py checks both estimates' bounds.
+ROUNDING_TEMPS = 2
+SLACK = 128 << 20
 
 
 def _read_int(path: str) -> int | None:
@@ -97,14 +101,25 @@ def checkpoint_bytes(path: Path) -> tuple[int, int] | None:
         return None
 
 
-def check_checkpoint(path: Path, device: str, weights: str = "float32") -> None:
-    """Refuse to load checkpoint `path` with `weights` ("float32" or "int8") if its load
-    would not fit (see the module docstring)."""
+def load_bytes(path: Path, weights: str, embed_numel: int) -> tuple[int, int] | None:
+    """(bytes a CPU load of checkpoint `path` needs at its peak, parameters), or None when its
+    headers cannot be read; `embed_numel`: vocabulary x hidden size (the module docstring)."""
     sizes = checkpoint_bytes(path)
     if sizes is None:
-        return
+        return None
     numel, stored = sizes
-    need = stored + LOAD_COPIES[weights] * 4 * numel
+    if weights == "int8":
+        return stored + 4 * embed_numel + 2 * numel + 4 * ROUNDING_TEMPS * embed_numel + SLACK, numel
+    return int(stored + FP32_COPIES * 4 * numel), numel
+
+
+def check_checkpoint(path: Path, device: str, weights: str = "float32", embed_numel: int = 0) -> None:
+    """Refuse to load checkpoint `path` with `weights` ("float32" or "int8") if its load
+    would not fit (see the module docstring)."""
+    got = load_bytes(path, weights, embed_numel)
+    if got is None:
+        return
+    need, numel = got
     require(need, f"loading {path.name} ({numel / 1e9:.2f}B parameters, {weights} weights)",
             "use a smaller model or free memory", torch.device("cpu"))
     if torch.device(device).type == "cuda":

@@ -30,7 +30,7 @@ def test_an_over_size_cache_is_refused_before_it_is_allocated(tiny_target, tiny_
 def test_an_over_size_checkpoint_is_refused_before_a_weight_is_read(tiny_dirs, monkeypatch):
     target, _ = tiny_dirs
     numel, stored = memory.checkpoint_bytes(target)
-    need = stored + memory.LOAD_COPIES["float32"] * 4 * numel
+    need = stored + memory.FP32_COPIES * 4 * numel
     monkeypatch.setattr(memory, "host_available", lambda: need - 1)
     monkeypatch.setattr(loader, "_read_state_dict", lambda path: pytest.fail("weights were read"))
     with pytest.raises(ResourceError, match=r"loading target .* needs about .* GiB, but only .* in host memory"):
@@ -58,7 +58,8 @@ def test_the_load_estimate_covers_a_real_load(weights):
         "numel, stored = memory.checkpoint_bytes(path)\n"
         "m = loader.load_model(path, weights=%r)\n"
         "peak = kb('VmHWM:') * 1024 - base\n"
-        "print(peak, int(stored + memory.LOAD_COPIES[%r] * 4 * numel))\n") % (str(default_target()), weights, weights)
+        "print(peak, memory.load_bytes(path, %r, m.config.vocab_size * m.config.hidden_size)[0])\n") % (
+            str(default_target()), weights, weights)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     peak, estimate = map(int, out.stdout.split())
