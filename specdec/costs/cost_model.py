@@ -79,7 +79,7 @@ class CostModel:
         ks = [*range(self.k_max + 1)]
         todo = [b for b in batch_sizes if any((b, k) not in table.points for k in ks)]
         if todo:                  # tens of seconds per batch size, once per machine: say so
-            print(f"specdec: timing {key.method} rounds ({'sampled' if sampled else 'greedy'}) at batch "
+            print(f"specdec: timing {getattr(key, 'method', key)} rounds ({'sampled' if sampled else 'greedy'}) at batch "
                   f"sizes {', '.join(map(str, todo))} for k = auto; cached in {cache.cache_dir() / 'costs'}",
                   file=sys.stderr, flush=True)
         for b in todo:
