@@ -85,7 +85,7 @@ def prompt_ids(tok) -> list[int]:
 
 def weight_stream_bytes(model) -> int:
     """Bytes of linear weights a plain step reads (int8: 1 per weight plus a float scale per row)."""
-    int8 = getattr(model, "weight_dtype", "float32") == "int8"
+    int8 = model.weight_dtype == "int8"
     return sum(m.weight.numel() * (1 if int8 else 4) + (4 * m.weight.shape[0] if int8 else 0)
                for m in quantized_linears(model))
 

@@ -21,8 +21,9 @@ import torch
 from ..models.config import ModelConfig
 from ..models.linear import choose_kernel
 from ..models.llama import LlamaModel
+from ..models.loader import empty_model
 from ..models.memory import require
-from ..models.quantize import check_weights, int8_layout
+from ..models.quantize import check_weights
 from .predict import break_even_alpha, expected_tokens
 
 CACHED = 256             # keys cached while a forward is timed: a mid-length request's context
@@ -41,13 +42,7 @@ def random_model(config: Path, weights: str = "float32") -> LlamaModel:
     require(2 * per_weight * cfg.num_params + 4 * cfg.vocab_size * cfg.hidden_size,   # weights + packed copy
             f"a random {config.name} model ({cfg.num_params / 1e9:.2f}B parameters, {weights})",
             "use --dtype int8 or a smaller shape", torch.device("cpu"))
-    with torch.device("meta"):
-        model = LlamaModel(cfg)
-        if weights == "int8":
-            int8_layout(model)
-    model = model.to_empty(device="cpu")
-    if cfg.tie_word_embeddings and weights == "float32":
-        model.lm_head.weight = model.model.embed_tokens.weight
+    model = empty_model(cfg, weights)              # the loader's: int8 linears are never fp32
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
@@ -59,7 +54,6 @@ def random_model(config: Path, weights: str = "float32") -> LlamaModel:
                 t.fill_(1.0)
             elif t.is_floating_point() and name != "inv_freq":
                 t.normal_(0.0, INIT_STD, generator=gen)
-    model.weight_dtype = weights
     model.reset_rope()
     return model.prepare(choose_kernel("cpu", cfg.hidden_size, cfg.intermediate_size))
 

@@ -172,6 +172,11 @@ class LlamaModel(nn.Module):
                 self.inv_freq.copy_(inv_freq(c.rope_theta, c.head_dim, dict(c.rope_scaling or ())))
 
     @property
+    def weight_dtype(self) -> str:
+        """"int8" when the linears hold int8 weights (models/quantize.py), else "float32"."""
+        return "int8" if self.lm_head.weight.dtype == torch.int8 else "float32"
+
+    @property
     def device(self) -> torch.device:
         return self.lm_head.weight.device
 

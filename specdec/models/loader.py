@@ -20,7 +20,7 @@ from .config import ModelConfig
 from .llama import LlamaModel
 from .linear import choose_kernel
 from .memory import check_checkpoint
-from .quantize import (QUANT_CONFIG, check_weights, int8_layout, quantize, quantized_names,
+from .quantize import (QUANT_CONFIG, check_weights, int8_layout, quantized_names,
                        round_state_dict, stored_weights)
 from .tokenizer import Tokenizer
 
@@ -41,7 +41,7 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {path}")
 
 
-def _empty_model(cfg: ModelConfig, weights: str) -> LlamaModel:
+def empty_model(cfg: ModelConfig, weights: str) -> LlamaModel:
     """The module the load fills. int8: built on the meta device in the int8 layout and given
     uninitialised storage, so that no float32 copy of the linear weights ever exists (the
     stored tensors are rounded one by one as they load)."""
@@ -75,7 +75,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
                           "--dtype int8, or without --dtype")
     check_checkpoint(path, device, weights, cfg.vocab_size * cfg.hidden_size)   # before any weight is read
     sd = _read_state_dict(path)
-    model = _empty_model(cfg, weights)
+    model = empty_model(cfg, weights)
     if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied, or omitted by the checkpoint
     sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq")}
@@ -89,7 +89,6 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     del sd
     model.reset_rope()
     model = model.to(device=device, dtype=dtype)
-    quantize(model, weights)                             # validates; the weights are already rounded
     if prepare:
         model.prepare(choose_kernel(torch.device(device).type, cfg.hidden_size,
                                     cfg.intermediate_size, exact, native=compile is not False))
@@ -119,7 +118,7 @@ def save_checkpoint(model: LlamaModel, tokenizer_json: str | Path, out: str | Pa
     lm_head is untied: stored apart from the embedding)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    int8 = getattr(model, "weight_dtype", "float32") == "int8"
+    int8 = model.weight_dtype == "int8"
     cfg = replace(model.config, tie_word_embeddings=False) if int8 else model.config
     keep = lambda k, v: v.dtype == torch.int8 or k.endswith(".weight_scale")  # noqa: E731
     sd = {k: v.detach().to("cpu", None if keep(k, v) else dtype).contiguous() for k, v in model.state_dict().items()}

@@ -59,7 +59,6 @@ def int8_layout(model) -> None:
     """Give `model` int8 weights and scale buffers of the right shapes, values unset: the
     layout a state dict rounded by `round_state_dict` loads into (on the meta device, so that
     no fp32 copy of those weights ever exists)."""
-    model.weight_dtype = "int8"
     if model.lm_head.weight is model.model.embed_tokens.weight:
         model.lm_head.weight = nn.Parameter(torch.empty_like(model.lm_head.weight))         # untie
     for linear in quantized_linears(model):
@@ -89,7 +88,6 @@ def quantize(model, weights: str) -> None:
     """Round `model`'s linear weights in place to `weights` ("float32": leave them). Call
     before `prepare`: the kernels pack what they find."""
     check_weights(weights)
-    model.weight_dtype = weights
     if weights == "float32":
         return
     if model.lm_head.weight is model.model.embed_tokens.weight:

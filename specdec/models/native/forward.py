@@ -66,7 +66,7 @@ class NativeForward:
         self.build_id = Path(lib._name).stem                 # decoder-<hash of source, flags, CPU>
         layers = model.model.layers
         attn = [(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj) for l in layers]
-        self.int8 = getattr(model, "weight_dtype", "float32") == "int8"       # models/quantize.py
+        self.int8 = model.weight_dtype == "int8"                               # models/quantize.py
         self._qkv, self._qkv_s = self._pack_all(attn)
         self._qkv_bias = [torch.cat([m.bias.detach() for m in qkv]).contiguous() if c.attention_bias else None
                           for qkv in attn]
