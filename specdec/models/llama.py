@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from .config import ModelConfig
 from .kv_cache import KVCache
 from .rope import inv_freq
+from .tree import TreeAttention, visible
 from .memory import cache_bytes
 from . import native
 from .linear import LinearKernel, fallback_kernel
@@ -206,11 +207,12 @@ class LlamaModel(nn.Module):
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
                 num_layers: int | None = None, hidden_only: bool = False,
-                argmax_out: torch.Tensor | None = None):
+                argmax_out: torch.Tensor | None = None, tree: TreeAttention | None = None):
         """tokens, positions: (B, T) int64 -> logits (B, T, V).
 
         With a cache, K/V are written at `positions` for rows [0, B) and each query attends to
-        the cached keys at positions <= its own. `num_layers` runs only the first layers
+        the cached keys at positions <= its own; with a `tree` (models/tree.py), at the tree's
+        slots, and each query attends to the cache before its block and to its ancestors. `num_layers` runs only the first layers
         (layer-skip self-speculation uses it with a cache of its own). `argmax_out`, a (B, T)
         int64 tensor, receives each position's argmax (torch.argmax's answer); the compiled
         decoder computes it while the logits are in cache, which spares a greedy round its
@@ -218,26 +220,29 @@ class LlamaModel(nn.Module):
         """
         if cache is not None and not torch.is_grad_enabled():
             if self.native is not None:
-                return self.native(tokens, positions, cache, num_layers, hidden_only, argmax_out)
-            if self.graphs is not None:
+                return self.native(tokens, positions, cache, num_layers, hidden_only, argmax_out, tree)
+            if self.graphs is not None and tree is None:
                 return _argmax_into(self.graphs(tokens, positions, cache, num_layers, hidden_only), argmax_out)
-        return _argmax_into(self.eager(tokens, positions, cache, num_layers, hidden_only), argmax_out)
+        return _argmax_into(self.eager(tokens, positions, cache, num_layers, hidden_only, tree), argmax_out)
 
     def eager(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
-              num_layers: int | None = None, hidden_only: bool = False):
+              num_layers: int | None = None, hidden_only: bool = False, tree: TreeAttention | None = None):
         """The forward in eager PyTorch, op by op (what the CUDA graphs capture)."""
         B, T = tokens.shape
         x = self.model.embed_tokens(tokens)                                  # (B, T, d)
         cos, sin = self.rope(positions)
-        mask = None
-        if cache is not None:
+        mask, slots = None, positions
+        if cache is not None and tree is not None:        # a tree: its slots and ancestors
+            slots = tree.slots.to(tokens.device)
+            mask = ~visible(tree, cache.max_len).to(tokens.device)[:, None, None]      # (B, 1, 1, T, S)
+        elif cache is not None:
             # every row attends over the whole cache: a key length set by the longest row would
             # change the shape of the other rows' attention, and with it their rounding
             keys = torch.arange(cache.max_len, device=tokens.device)
             mask = (keys[None, None, :] > positions[:, :, None])[:, None, None]  # (B, 1, 1, T, S)
         layers = self.model.layers if num_layers is None else self.model.layers[:num_layers]
         for i, layer in enumerate(layers):
-            x = layer(x, cos, sin, i, cache, positions, mask)
+            x = layer(x, cos, sin, i, cache, slots, mask)
         x = self.model.norm(x)
         return x if hidden_only else self.lm_head(x)                         # (B, T, V)
 

@@ -45,6 +45,8 @@ typedef struct {
     int rows, max_len;
 } Cache;
 
+#include "attention.h"   /* needs Model and Cache */
+
 /* ---- row-wise pieces ----------------------------------------------------------------- */
 static void rmsnorm_rows(const float *x, const float *w, float *y, int M, int d, float eps) {
     #pragma omp for schedule(static)
@@ -63,9 +65,10 @@ static inline void rope(float *v, const float *cs, const float *sn, int half) {
     }
 }
 
-/* rope on q and k, then write k and v into the cache at each row's position */
+/* rope on q and k (at each input's position), then write k and v into the cache at its
+ * slot: its position, or for a token tree (slots given) the row's length plus its index */
 static void rope_and_store(const Model *md, const Cache *c, int layer, float *qkv, int M, int T,
-                           const int64_t *pos, int row0) {
+                           const int64_t *pos, const int64_t *slots, int row0) {
     int H = md->heads, Hkv = md->kv_heads, D = md->head_dim, half = D / 2;
     int ld = (H + 2 * Hkv) * D;
     #pragma omp for schedule(static)
@@ -76,81 +79,8 @@ static void rope_and_store(const Model *md, const Cache *c, int layer, float *qk
         for (int h = 0; h < H; h++) rope(q + h * D, cs, sn, half);
         for (int g = 0; g < Hkv; g++) {
             rope(k + g * D, cs, sn, half);
-            size_t at = (((size_t)row * Hkv + g) * c->max_len + p) * D;
+            size_t at = (((size_t)row * Hkv + g) * c->max_len + (slots ? slots[m] : p)) * D;
             for (int i = 0; i < D; i++) { c->k[layer][at + i] = k[g * D + i]; c->v[layer][at + i] = v[g * D + i]; }
-        }
-    }
-}
-
-/* softmax(q K^T / sqrt(D)) V over each query's cached positions 0..pos. One work item is a
- * (batch row, kv head, block of up to QB of that row's T*G queries). The block's scores are
- * a small linear (queries x keys, through tile_mn), so each key row is loaded once per 4
- * queries; a query's weighted sum of values keeps D/8 accumulators in registers. Each
- * query's arithmetic is the same as if it were alone: its scores, its softmax, its sum,
- * all in key order. Scores past a query's own position are computed and never read. */
-#define QB 16       /* queries per block: 16 score rows of scratch per thread */
-
-/* out[0..8 NV) = sum over s < n of (r[s] inv) v[s][0..8 NV), each element's FMA chain in key
- * order. NV is a constant at each call, so the accumulators stay in registers (with a
- * runtime count they lived on the stack: a load and a store around every FMA). */
-static inline __attribute__((always_inline)) void weighted_sum(const float *r, float inv, int n,
-        const float *v, int ldv, float *out, int NV) {
-    vec acc[8];
-    for (int i = 0; i < NV; i++) acc[i] = VZERO();
-    for (int s = 0; s < n; s++) {
-        vec w = VSET(r[s] * inv);
-        const float *vs = v + (size_t)s * ldv;
-        for (int i = 0; i < NV; i++) acc[i] = VFMA(w, VLOAD(vs + 8 * i), acc[i]);
-    }
-    for (int i = 0; i < NV; i++) VSTORE(out + 8 * i, acc[i]);
-}
-#define MAX_D 256   /* head_dim bound (checked by the caller) */
-
-static void attention(const Model *md, const Cache *c, int layer, const float *qkv, int B, int T,
-                      const int64_t *pos, int row0, float *out, float *scratch) {
-    int H = md->heads, Hkv = md->kv_heads, D = md->head_dim, G = H / Hkv, L = c->max_len;
-    int ld = (H + 2 * Hkv) * D, nq = T * G, nblk = (nq + QB - 1) / QB;
-    float scale = 1.0f / sqrtf((float)D);
-    float *qs = scratch + (size_t)omp_get_thread_num() * QB * (L + D), *sc = qs + QB * D;
-    #pragma omp for schedule(dynamic, 1)
-    for (int item = 0; item < B * Hkv * nblk; item++) {
-        int b = item / (Hkv * nblk), g = (item / nblk) % Hkv, q0 = (item % nblk) * QB;
-        int n = (q0 + QB < nq ? q0 + QB : nq) - q0, row = row0 + b, p[QB], pmax = 0;
-        const float *kb = c->k[layer] + ((size_t)row * Hkv + g) * L * D;
-        const float *vb = c->v[layer] + ((size_t)row * Hkv + g) * L * D;
-        float *o[QB];
-        for (int j = 0; j < n; j++) {       /* query q0+j: position (q0+j)/G, head g*G + (q0+j)%G */
-            int m = b * T + (q0 + j) / G, h = g * G + (q0 + j) % G;
-            for (int i = 0; i < D; i++) qs[j * D + i] = qkv[(size_t)m * ld + h * D + i];
-            o[j] = out + (size_t)m * H * D + h * D;
-            p[j] = (int)pos[m];
-            pmax = p[j] > pmax ? p[j] : pmax;
-        }
-        for (int s0 = 0; s0 <= pmax; s0 += TN) {      /* sc (n, pmax+1) = qs (n, D) @ K^T */
-            int st = pmax + 1 - s0 < TN ? pmax + 1 - s0 : TN;
-            const float *k0 = kb + (size_t)s0 * D, *k1 = st > 1 ? k0 + D : k0, *k2 = st > 2 ? k0 + 2 * D : k0;
-            for (int j = 0; j < n; j += TM) {
-                float *y = sc + (size_t)j * L + s0;
-                switch (n - j < TM ? n - j : TM) {
-                    case 4: tile_mn(qs + j * D, 4, k0, k1, k2, D, y, L, st, NULL, 0, NULL); break;
-                    case 3: tile_mn(qs + j * D, 3, k0, k1, k2, D, y, L, st, NULL, 0, NULL); break;
-                    case 2: tile_mn(qs + j * D, 2, k0, k1, k2, D, y, L, st, NULL, 0, NULL); break;
-                    default: tile_mn(qs + j * D, 1, k0, k1, k2, D, y, L, st, NULL, 0, NULL); break;
-                }
-            }
-        }
-        for (int j = 0; j < n; j++) {
-            float *r = sc + (size_t)j * L, mx = scale_max(r, p[j] + 1, scale);
-            float inv = 1.0f / exp_shift(r, p[j] + 1, mx);
-            for (int d0 = 0; d0 < D; d0 += 64) {          /* up to 64 dims at a time */
-                switch (D - d0 >= 64 ? 8 : (D - d0) / 8) {
-                    case 8: weighted_sum(r, inv, p[j] + 1, vb + d0, D, o[j] + d0, 8); break;
-                    case 4: weighted_sum(r, inv, p[j] + 1, vb + d0, D, o[j] + d0, 4); break;
-                    default:
-                        for (int i = 0; i < (D - d0) / 8; i++)
-                            weighted_sum(r, inv, p[j] + 1, vb + d0 + 8 * i, D, o[j] + d0 + 8 * i, 1);
-                }
-            }
         }
     }
 }
@@ -181,20 +111,28 @@ size_t sd_scratch_floats(const Model *md, int M, int max_len, int threads) {
     return (size_t)M * (2 * d + qkv + att + f2 + md->inter) + (size_t)threads * QB * (max_len + md->head_dim);
 }
 
-/* tokens, pos: (B, T) int64. Rows b use cache row row0 + b. out: (B*T, V) logits, or
+/* tokens, pos: (B, T) int64. Rows b use cache row row0 + b. slots, anc, tree_base: NULL (a chain:
+ * input m writes its K/V at pos[m] and sees keys 0..pos[m]), or a token tree: (B, T) int64
+ * slots where each input's K/V go, (B, T) uint64 ancestor masks over the MAX_TREE slots from
+ * tree_base (B,) on (attention.h). out: (B*T, V) logits, or
  * (B*T, d) final hidden states when want_logits is 0. argmax: NULL, or (B*T,) int64 that
  * receives each position's argmax (while its logits are still in cache: a greedy round then
  * needs no tensor op after the forward). Returns 0, or a negative code for an argument the
- * caller should have refused (-1 position out of range, -2 token id). */
+ * caller should have refused (-1 position or slot out of range, -2 token id, -4 a tree slot outside
+ * [tree_base, tree_base + MAX_TREE)). */
 int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tokens,
-               const int64_t *pos, int row0, int layers, int want_logits, float *out,
-               int64_t *argmax, float *scratch, int threads) {
+               const int64_t *pos, const int64_t *slots, const uint64_t *anc, const int64_t *tree_base,
+               int row0, int layers, int want_logits, float *out, int64_t *argmax, float *scratch,
+               int threads) {
     int M = B * T, d = md->hidden, F = md->inter;
     int H = md->heads, D = md->head_dim, Hkv = md->kv_heads;
     int nq = (H + 2 * Hkv) * D;
     for (int m = 0; m < M; m++) {
         if (pos[m] < 0 || pos[m] >= c->max_len || pos[m] >= md->rope_len) return -1;
         if (tokens[m] < 0 || tokens[m] >= md->vocab) return -2;
+        if (slots && (slots[m] < 0 || slots[m] >= c->max_len)) return -1;
+        if (anc && (!slots || !tree_base || slots[m] < tree_base[m / T] || slots[m] >= tree_base[m / T] + MAX_TREE))
+            return -4;
     }
     if (md->head_dim > MAX_D) return -3;
     float *x = scratch, *h = x + (size_t)M * d, *qkv = h + (size_t)M * d;
@@ -208,8 +146,8 @@ int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tok
         for (int l = 0; l < layers; l++) {
             rmsnorm_rows(x, md->in_norm[l], h, M, d, md->eps);
             lin(h, M, d, md->qkv[l], md->qkv_s, l, md->qkv_bias[l], nq, qkv, 0);
-            rope_and_store(md, c, l, qkv, M, T, pos, row0);
-            attention(md, c, l, qkv, B, T, pos, row0, att, scores);
+            rope_and_store(md, c, l, qkv, M, T, pos, slots, row0);
+            attention(md, c, l, qkv, B, T, pos, slots, anc, tree_base, row0, att, scores);
             lin(att, M, H * D, md->o[l], md->o_s, l, NULL, d, x, 1);
             rmsnorm_rows(x, md->post_norm[l], h, M, d, md->eps);
             lin(h, M, d, md->gate_up[l], md->gate_up_s, l, NULL, 2 * F, gu, 0);
@@ -256,7 +194,7 @@ int sd_draft_argmax(const Model *md, const Cache *c, int B, int64_t *tokens, con
     int64_t pos[B];
     for (int s = 0; s < steps; s++) {
         for (int b = 0; b < B; b++) pos[b] = pos0[b] + s;
-        int rc = sd_forward(md, c, B, 1, tokens, pos, 0, layers, 1, logits, tokens, scratch, threads);
+        int rc = sd_forward(md, c, B, 1, tokens, pos, NULL, NULL, NULL, 0, layers, 1, logits, tokens, scratch, threads);
         if (rc) return rc;
         for (int b = 0; b < B; b++) out[(size_t)b * steps + s] = tokens[b];
     }
@@ -278,7 +216,7 @@ int sd_draft_sample(const Model *md, const Cache *c, int B, int T0, const int64_
         int T = s ? 1 : T0;
         for (int b = 0; b < B; b++)
             for (int j = 0; j < T; j++) pos[b * T + j] = pos0[b] + (s ? T0 - 1 + s : j);
-        int rc = sd_forward(md, c, B, T, s ? cur : feed, pos, 0, layers, 1, logits, NULL, scratch, threads);
+        int rc = sd_forward(md, c, B, T, s ? cur : feed, pos, NULL, NULL, NULL, 0, layers, 1, logits, NULL, scratch, threads);
         if (rc) return rc;
         #pragma omp parallel for num_threads(threads) schedule(static)
         for (int b = 0; b < B; b++) {

@@ -133,13 +133,16 @@ class NativeForward:
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                  num_layers: int | None = None, hidden_only: bool = False,
-                 argmax_out: torch.Tensor | None = None) -> torch.Tensor:
+                 argmax_out: torch.Tensor | None = None, tree=None) -> torch.Tensor:
+        """tree: None (a chain), or a models.tree.TreeAttention (slots and ancestor masks)."""
         B, T = tokens.shape
         c = self.model.config
         if B > cache.num_rows:
             raise ValueError(f"batch of {B} rows exceeds the cache's {cache.num_rows}")
         tokens = tokens.to(torch.long).contiguous()
         positions = positions.to(torch.long).contiguous()
+        if tree is not None:
+            slots, anc, base = (t.to(torch.long).contiguous() for t in (tree.slots, tree.ancestors, tree.base))
         width = c.hidden_size if hidden_only else c.vocab_size
         out = torch.empty(B, T, width)
         threads = torch.get_num_threads()
@@ -148,7 +151,10 @@ class NativeForward:
             scratch = self._prepare(B * T, cache, threads)
             rc = self.lib.sd_forward(
                 ctypes.byref(self.struct), ctypes.byref(cs), B, T, _P(tokens.data_ptr()),
-                _P(positions.data_ptr()), 0, num_layers or c.num_hidden_layers, int(not hidden_only),
+                _P(positions.data_ptr()), _P(slots.data_ptr()) if tree is not None else None,
+                _P(anc.data_ptr()) if tree is not None else None,
+                _P(base.data_ptr()) if tree is not None else None, 0, num_layers or c.num_hidden_layers,
+                int(not hidden_only),
                 _P(out.data_ptr()), _P(argmax_out.data_ptr()) if argmax_out is not None else None,
                 scratch, threads)
         self._check(rc, cache)
@@ -248,3 +254,5 @@ class NativeForward:
             raise ValueError(f"a position is outside [0, {min(cache.max_len, self.struct.rope_len)})")
         if rc == -2:
             raise ValueError(f"a token id is outside [0, {c.vocab_size})")
+        if rc == -4:
+            raise ValueError("a token tree's slots must lie within 64 of its base")
