@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from .errors import ConfigError
 
 K_MAX = 16
+MAX_TREE_NODES = 63   # a tree's root and nodes fit one 64-bit ancestor mask (models/tree.py)
 
 
 # the range torch.Generator.manual_seed accepts (a signed or unsigned 64-bit integer)
@@ -178,11 +179,14 @@ class SpecConfig:
     k: an int in 0..K_MAX (0 = plain decoding), "auto" (adaptive policy from a measured
        cost model), "heuristic" (Hugging Face's +2/-1 schedule) or a KTable (k by batch size).
     options: proposer-specific settings (e.g. ngram's min_n/max_n), by name.
+    tree: 0 (a chain of k drafts), or a node budget (2..MAX_TREE_NODES) for a token tree of
+       depth k (proposers that build trees: `draft`; proposers/draft_tree.py).
     """
     method: str = "draft"
     k: int | str | KTable = 4
     k_max: int = 8
     options: tuple[tuple[str, object], ...] = field(default_factory=tuple)
+    tree: int = 0
 
     def __post_init__(self):
         if isinstance(self.k, KTable):
@@ -199,6 +203,10 @@ class SpecConfig:
             object.__setattr__(self, "k_max", self.k)
         if isinstance(self.options, dict):
             object.__setattr__(self, "options", tuple(sorted(self.options.items())))
+        if not isinstance(self.tree, int) or not (self.tree == 0 or 2 <= self.tree <= MAX_TREE_NODES):
+            raise ConfigError(f"tree must be 0 (a chain) or a node budget in 2..{MAX_TREE_NODES}, got {self.tree!r}")
+        if self.tree and not isinstance(self.k, int):
+            raise ConfigError(f"a token tree needs a fixed k (its depth), got k={self.k!r}")
 
     @property
     def opts(self) -> dict:

@@ -22,6 +22,7 @@ from ..batch import Batch
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..errors import ConfigError
 from ..models.llama import LlamaModel, padded
+from ..models.tree import block_layout
 from ..proposers import create as create_proposer
 from ..proposers.base import Draft, Proposer
 from ..verify.coupling import CoupledNoise
@@ -32,13 +33,13 @@ from .policy import KPolicy, simple_policy
 from .round import RoundResult
 from .sequence import Sequence, Status
 from .validation import check_params, check_request
-from .verification import plain_next, verify_round
+from .verification import plain_next, verify_round, verify_tree
 
 
 def cache_length(config: EngineConfig, spec: SpecConfig) -> int:
     """Cache slots per row: the context plus a round's drafts and bonus token (a request near
     its limit still verifies a full block), rounded up to whole attention blocks."""
-    slack = spec.k_max + 2
+    slack = max(spec.k_max, spec.tree) + 2
     return padded(config.max_model_len + slack)
 
 
@@ -134,29 +135,39 @@ class Engine:
         draft_rows = draft.tokens.tolist() if kk else [[] for _ in batch]
         last = self.cache_len - 1
         tokens = torch.tensor([[s.token_ids[-1]] + d for s, d in zip(batch, draft_rows)], device=dev)  # (B, k+1)
-        pos_rows = [[min(n + j, last) for j in range(kk + 1)] for n in self.cache.lengths[:B]]
+        tree = None
+        if draft.parents is None:
+            pos_rows = [[min(n + j, last) for j in range(kk + 1)] for n in self.cache.lengths[:B]]
+        else:      # a token tree: positions by depth, slots by node, attention along branches
+            pos_rows, tree = block_layout(self.cache.lengths[:B], draft.parents, kk + 1)
         positions = torch.tensor(pos_rows, device=dev)                                  # (B, k+1)
         sampling = batch.sampling
         best = (torch.empty(B, kk + 1, dtype=torch.long, device=dev)
                 if sampling.all_argmax and not sampling.any_coupled and not sampling.processed
                 else None)                                                               # (B, k+1)
-        logits = self.target(tokens, positions, self.cache, argmax_out=best)            # (B, k+1, V)
+        logits = self.target(tokens, positions, self.cache, argmax_out=best, tree=tree)  # (B, k+1, V)
         target_argmax = best.tolist() if best is not None else None                     # the host sync
         # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
         #    (no drafts) only picks the next token. chosen[b][j]: the position output j fills.
         chosen = [[len(s.token_ids) + j for j in range(kk + 1)] for s in batch]
         native = getattr(self.target, "native", None)                               # the compiled decoder
         next_ids = plain_next(logits, target_argmax, sampling, chosen, native) if kk == 0 else None
-        beta = None
+        beta, paths = None, None
         if next_ids is not None:
             accepted = [0] * B
+        elif draft.parents is not None:                    # a tree: the accepted branch per row
+            paths, next_ids = verify_tree(logits, target_argmax, draft, draft_rows, sampling)
+            accepted = [len(path) for path in paths]
         else:
             accepted, next_ids, beta = verify_round(logits, target_argmax, draft, draft_rows, num_draft,
                                                     sampling, chosen, self.policy.wants_accept_prob, native)
         # 6. Commit: advance the cache past the accepted drafts and the new token (the
         #    rejected drafts' entries stay beyond the row's length, masked: the rollback),
-        #    append the tokens, check stop conditions.
-        emitted = [draft_rows[b][:accepted[b]] + [next_ids[b]] for b in range(B)]
+        #    append the tokens, check stop conditions. A tree's accepted branch is first moved
+        #    to the slots a chain would have filled (nothing moves for a chain).
+        paths = paths or [list(range(n)) for n in accepted]
+        self.cache.keep_path([[0] + [j + 1 for j in path] for path in paths])
+        emitted = [[draft_rows[b][j] for j in paths[b]] + [next_ids[b]] for b in range(B)]
         tops = [s.params.logprobs for s in batch]
         lps = emitted_logprobs(logits, emitted, tops) if any(t is not None for t in tops) else [None] * B
         for b, seq in enumerate(batch):

@@ -8,6 +8,7 @@ import torch
 from ..proposers.base import Draft
 from ..verify.greedy import greedy_verify
 from ..verify.rejection import acceptance_probability, rejection_verify
+from ..verify.tree import tree_greedy, tree_rejection
 from ..verify.sampling import BatchSampling, sample
 
 
@@ -68,3 +69,15 @@ def verify_round(logits, target_argmax: list[list[int]] | None, draft: Draft, dr
             match = (tokens == best[:, :kk]).to(beta.dtype)
             beta = torch.where(mask[:, None], match, beta)
     return n_acc.tolist(), nxt.tolist(), beta.tolist() if beta is not None else None
+
+
+def verify_tree(logits, target_argmax: list[list[int]] | None, draft: Draft, draft_rows: list[list[int]],
+                sampling: BatchSampling) -> tuple[list[list[int]], list[int]]:
+    """A tree round (draft.parents set; greedy or temperature-only rows, which is all a tree
+    proposer drafts for) -> (accepted path of node indices (B, a), next token (B,)), host lists."""
+    if sampling.all_argmax:
+        best = target_argmax if target_argmax is not None else logits.argmax(-1).tolist()
+        return tree_greedy(best, draft_rows, draft.parents)
+    p = sampling.probs(logits)                                                      # (B, n+1, V)
+    n = logits.shape[1] - 1
+    return tree_rejection(p, draft.probs, draft_rows, draft.parents, sampling.uniforms(n + 1))

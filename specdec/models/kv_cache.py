@@ -39,6 +39,25 @@ class KVCache:
             raise ValueError(f"row {row} would exceed the cache length {self.max_len}")
         self.lengths[row] += n
 
+    def keep_path(self, paths: list[list[int]]) -> None:
+        """After a tree round: row b's accepted nodes sit at slots lengths[b] + paths[b][t]
+        (increasing); move them to lengths[b] + t, the places a chain would have filled. One
+        gather and one scatter per layer for all rows; nothing moves for a chain's prefix."""
+        rows, src, dst = [], [], []
+        for b, path in enumerate(paths):
+            for t, slot in enumerate(path):
+                if slot != t:
+                    rows.append(b)
+                    src.append(self.lengths[b] + slot)
+                    dst.append(self.lengths[b] + t)
+        if not rows:
+            return
+        dev = self.k[0].device
+        r, s, d = (torch.tensor(x, device=dev) for x in (rows, src, dst))
+        for k, v in zip(self.k, self.v):
+            k[r, :, d] = k[r, :, s]                                    # (n, Hkv, D) gathered first
+            v[r, :, d] = v[r, :, s]
+
     def move_row(self, src: int, dst: int) -> None:
         """Copy row `src` into row `dst` (used to keep the active rows contiguous)."""
         if src != dst:

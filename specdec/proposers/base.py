@@ -2,7 +2,8 @@
 
 A proposer guesses up to k next tokens for every row of the running batch:
 
-    draft = proposer.propose(batch, k)      # Draft(tokens (B, k), probs (B, k, V) | None)
+    draft = proposer.propose(batch, k)      # Draft(tokens (B, k), probs (B, k, V) | None),
+                                            # or a tree of n nodes (tokens (B, n) and parents)
     ...the target verifies...
     proposer.rollback(num_accepted)          # (B,) host list: keep the accepted prefix
 
@@ -29,6 +30,8 @@ class Draft:
     tokens: torch.Tensor                 # (B, k) int64, rows padded past `lengths`
     probs: torch.Tensor | None = None    # (B, k, V) draft distribution q, or None (one-hot)
     lengths: list[int] | None = None     # valid tokens per row; None = k for every row
+    parents: list[list[int]] | None = None  # (B, n) a token tree's node parents (-1: the root,
+                                            # the pending token), earlier nodes first; None: a chain
 
     def num_tokens(self) -> list[int]:
         B, k = self.tokens.shape

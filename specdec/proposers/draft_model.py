@@ -128,4 +128,7 @@ def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
     if draft_model.config.vocab_size != target.config.vocab_size:
         raise ConfigError(f"draft vocabulary ({draft_model.config.vocab_size}) differs from the "
                           f"target's ({target.config.vocab_size})")
+    if spec.tree:
+        from .draft_tree import DraftTreeProposer
+        return DraftTreeProposer(draft_model, rows, max_len, budget=spec.tree)
     return DraftModelProposer(draft_model, rows, max_len)

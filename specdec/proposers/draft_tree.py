@@ -1,0 +1,104 @@
+"""`draft` with a token tree: the draft model's top candidates at every level (EAGLE-2 style).
+
+A chain spends a round's k positions on one guess; when its first token is wrong the round
+yields one token. A tree spends a node budget on several guesses: level 1 holds the draft's
+`width` most likely first tokens, and each later level the `width` most likely extensions of
+the level before (by the path's draft log-probability, over all of that level's children).
+After k levels the `budget` nodes with the highest path scores are kept. A child never scores
+above its parent (log-probabilities are <= 0) and ties keep the earlier node, so the kept
+nodes always include their ancestors.
+
+Each level is one draft forward over the level's nodes with tree attention (models/tree.py),
+so a tree costs k draft forwards, as a chain of k does, each over `width` inputs instead of
+one. Nodes are chosen deterministically, so verification treats them as one-hot (q = None):
+lossless at any temperature (verify/tree.py). Rollback drops every node from the draft's
+cache; the next round feeds the accepted tokens again (one forward over a few inputs).
+Batches with penalties, coupled rows or top-k/top-p filters draft a chain instead.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..batch import Batch
+from ..models.tree import MAX_TREE, TreeAttention, bits_tensor
+from .base import Draft
+from .draft_model import DraftModelProposer
+
+
+def tree_width(budget: int, k: int) -> int:
+    """Nodes per level: enough for k levels to reach the budget, at least 2 (a tree), and no
+    more than k levels can hold within the MAX_TREE slots of one ancestor mask."""
+    return max(2, min(math.ceil(budget / max(k, 1)), MAX_TREE // max(k, 1)))
+
+
+class DraftTreeProposer(DraftModelProposer):
+    """A DraftModelProposer whose rounds draft a tree of up to `budget` nodes and depth k."""
+
+    def __init__(self, model, rows: int, max_len: int, budget: int, name="draft"):
+        super().__init__(model, rows, max_len, name=name)
+        self.budget, self._was_tree = budget, False
+
+    def propose(self, batch: Batch, k: int) -> Draft:
+        s = batch.sampling
+        self._was_tree = not (s.processed or s.any_coupled or not (s.all_argmax or s.temperature_only))
+        return self._tree(batch, k) if self._was_tree else super().propose(batch, k)
+
+    @torch.inference_mode()
+    def _tree(self, batch: Batch, k: int) -> Draft:
+        B, dev, V = len(batch), self.model.device, self.model.config.vocab_size
+        w = min(tree_width(self.budget, k), V)
+        # 1. Feed what the draft has not seen; its last output scores the root's children.
+        lens = self.cache.lengths
+        feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(batch)]
+        T = max(len(f) for f in feeds)
+        tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)
+        start = torch.tensor(lens[:B], device=dev)
+        positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
+        logits = self.model(tokens, positions, self.cache, num_layers=self.num_layers)     # (B, T, V)
+        last = torch.tensor([len(f) - 1 for f in feeds], device=dev)
+        logp = torch.log_softmax(logits[torch.arange(B), last].float(), -1)                # (B, V)
+        self._advance([len(f) for f in feeds])
+        base = torch.tensor(self.cache.lengths[:B], device=dev)                            # (B,) node 0's slot
+        self._committed = self.cache.lengths[:B]
+        # 2. Level 1: the root's best children. Then each level extends the previous one.
+        score, tok = logp.topk(w, -1)                                                      # (B, w)
+        toks, scores, parents = [tok], [score], [torch.full((B, w), -1, device=dev)]
+        anc = [[1 << i for i in range(w)] for _ in range(B)]                               # per node, host ints
+        for level in range(1, k):
+            idx0 = (level - 1) * w                                                         # the frontier's first node
+            tree = TreeAttention(base[:, None] + idx0 + torch.arange(w, device=dev),
+                                 bits_tensor([a[idx0:idx0 + w] for a in anc]), base)
+            pos = (base - 1 + level)[:, None].expand(B, w)
+            out = self.model(toks[-1], pos, self.cache, num_layers=self.num_layers, tree=tree)  # (B, w, V)
+            cand = scores[-1][:, :, None] + torch.log_softmax(out.float(), -1)             # (B, w, V)
+            score, flat = cand.view(B, -1).topk(w, -1)                                     # (B, w)
+            par = flat // V + idx0                                                         # node indices
+            toks.append(flat % V)
+            scores.append(score)
+            parents.append(par)
+            for b, row in enumerate(par.tolist()):
+                anc[b] += [anc[b][p] | 1 << (idx0 + w + i) for i, p in enumerate(row)]
+        # 3. Keep the budget's best nodes (ties: the earlier node), in node order.
+        all_scores = torch.cat(scores, 1)                                                  # (B, w k)
+        n = min(self.budget, all_scores.shape[1])
+        order = torch.arange(all_scores.shape[1], device=dev).expand(B, -1)
+        rank = torch.argsort(torch.argsort(-all_scores, dim=-1, stable=True), dim=-1)            # (B, w k)
+        keep = torch.sort(torch.where(rank < n, order, order.shape[1] + order), -1).values[:, :n]
+        all_toks, all_par = torch.cat(toks, 1), torch.cat(parents, 1)
+        kept_toks = all_toks.gather(1, keep)                                               # (B, n)
+        par_rows = []
+        for b, (kb, pb) in enumerate(zip(keep.tolist(), all_par.gather(1, keep).tolist())):
+            new_index = {old: i for i, old in enumerate(kb)}
+            par_rows.append([new_index[p] if p >= 0 else -1 for p in pb])
+        return Draft(tokens=kept_toks, probs=None, parents=par_rows)
+
+    def rollback(self, num_accepted):
+        if self._committed is None or not self._was_tree:
+            return super().rollback(num_accepted)
+        for b in range(len(num_accepted)):
+            # a tree's nodes sit at slots past the committed tokens: drop them all; the
+            # accepted ones are fed again next round
+            self.cache.truncate(b, min(self.cache.lengths[b], self._committed[b]))
+        self._committed = None
