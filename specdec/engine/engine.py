@@ -175,7 +175,9 @@ class Engine:
             self.cache.advance(b, 1 + n)
             seq.append(emitted[b], lps[b])
             seq.stats.record(num_draft[b], n)
-            self.metrics.record_row(num_draft[b], n)
+            self.metrics.record_row(num_draft[b], n, depth=k if draft.parents is not None else None)
+            if draft.parents is not None:
+                self.metrics.record_tree(paths[b], draft.parents[b])
             self.metrics.generated_tokens += len(seq.new_tokens)
         # 7. The proposer rolls back to the accepted prefix; the policy learns from the round.
         self.proposer.rollback(accepted)

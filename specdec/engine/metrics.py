@@ -36,16 +36,27 @@ class EngineMetrics:
     generated_tokens: int = 0
     step_time_s: float = 0.0
     k_hist: dict[int, int] = field(default_factory=dict)
+    tree_rounds: int = 0                # rows' rounds that drafted a token tree
+    tree_nodes: int = 0                 # the nodes those trees held (also in num_draft_tokens)
+    branch_accepts: int = 0             # accepted tree nodes that were not their parent's first child
     t_start: float = field(default_factory=time.perf_counter)
 
-    def record_row(self, num_draft: int, num_accepted: int) -> None:
+    def record_row(self, num_draft: int, num_accepted: int, depth: int | None = None) -> None:
+        """One row's round: `num_draft` tokens scored (a tree's nodes), `num_accepted` kept.
+        Per-position counts run over the draft's positions: a tree's depths (`depth`)."""
         if num_draft <= 0:
             return
         self.num_drafts += 1
         self.num_draft_tokens += num_draft
         self.num_accepted_tokens += num_accepted
-        count_positions(self.accepted_per_pos, num_draft, num_accepted)
+        count_positions(self.accepted_per_pos, depth or num_draft, num_accepted)
         self.accepted_length_hist[num_accepted] = self.accepted_length_hist.get(num_accepted, 0) + 1
+
+    def record_tree(self, path: list[int], parents: list[int]) -> None:
+        """A row's tree round: its node count and its accepted branch (node indices)."""
+        self.tree_rounds += 1
+        self.tree_nodes += len(parents)
+        self.branch_accepts += sum(parents.index(parents[j]) != j for j in path)
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -68,4 +79,6 @@ class EngineMetrics:
             "target_forwards": self.target_forwards, "steps": self.steps,
             "generated_tokens": self.generated_tokens, "step_time_s": self.step_time_s,
             "k_hist": dict(sorted(self.k_hist.items())),
+            "tree_rounds": self.tree_rounds, "tree_nodes": self.tree_nodes,
+            "branch_accepts": self.branch_accepts,
         }

@@ -24,6 +24,19 @@ def test_greedy_identity_200_prompts(tiny_target, k):
     assert 0 < eng.metrics.num_accepted_tokens < eng.metrics.num_draft_tokens
 
 
+@pytest.mark.parametrize("k,tree,max_batch", [(2, 4, 1), (3, 9, 4), (4, 16, 4), (6, 30, 16)])
+def test_greedy_identity_200_prompts_with_trees(tiny_target, k, tree, max_batch):
+    prompts = random_prompts(200, seed=10 + k)
+    params = SamplingParams(max_new_tokens=24, ignore_eos=True)
+    draft = perturbed(tiny_target, 0.05, seed=k)   # wrong first guesses: branches other than the first win
+    plain, _ = _generate(tiny_target, SpecConfig(method="none", k=0), prompts, params, max_batch=16)
+    spec, eng = _generate(tiny_target, SpecConfig(method="draft", k=k, tree=tree), prompts, params, draft,
+                          max_batch=max_batch)
+    assert spec == plain
+    m = eng.metrics
+    assert m.tree_rounds > 0 and m.branch_accepts > 0, "no round accepted a node other than a first child"
+
+
 def test_self_draft_accepts_everything(tiny_target):
     prompts = random_prompts(4, seed=1)
     params = SamplingParams(max_new_tokens=21, ignore_eos=True)

@@ -70,11 +70,11 @@ def exact_law(model, T=1.0, top_k=0, top_p=1.0) -> torch.Tensor:
     return law.flatten()
 
 
-def sampled(pair, method, T=1.0, top_k=0, top_p=1.0, greedy_every=0, n=N):
+def sampled(pair, method, T=1.0, top_k=0, top_p=1.0, greedy_every=0, n=N, tree=0):
     """Counts (V**3,) of n continuations; every `greedy_every`-th request is greedy (left out
-    of the counts: it shares the batch only)."""
+    of the counts: it shares the batch only). tree: a node budget (trees of depth 2)."""
     target, draft = pair
-    eng = Engine(target, SpecConfig(method=method, k=2, options=OPTIONS.get(method, {})),
+    eng = Engine(target, SpecConfig(method=method, k=2, options=OPTIONS.get(method, {}), tree=tree),
                  EngineConfig(max_batch=256, max_model_len=32), draft=draft if method == "draft" else None)
     greedy = [greedy_every and i % greedy_every == 0 for i in range(n)]
     params = [SamplingParams(temperature=0.0 if g else T, top_k=top_k, top_p=top_p, seed=i,
@@ -107,6 +107,11 @@ def p_value(counts: torch.Tensor, law: torch.Tensor) -> float:
 ])
 def test_speculative_sampling_follows_the_exact_law(pair, method, T, top_k, top_p):
     assert p_value(sampled(pair, method, T, top_k, top_p), exact_law(pair[0], T, top_k, top_p)) > P_MIN
+
+
+@pytest.mark.parametrize("T", [0.7, 1.0, 1.3])
+def test_tree_sampling_follows_the_exact_law(pair, T):
+    assert p_value(sampled(pair, "draft", T, tree=4), exact_law(pair[0], T)) > P_MIN
 
 
 def test_a_batch_mixing_greedy_rows_samples_exactly(pair):
@@ -157,3 +162,25 @@ def test_negative_control_a_broken_verifier_fails(pair, monkeypatch, method, bug
 
 def test_negative_control_a_10_percent_temperature_error_fails(pair):
     assert p_value(sampled(pair, "draft", T=1.1, n=N_CONTROL), exact_law(pair[0], T=1.0)) < P_MIN
+
+
+def _tree_without_residual(p, q, tokens, parents, u):
+    """Bug: every sibling is tested against p itself (no residual after a rejection)."""
+    paths, nexts = [], []
+    for b, (toks, par) in enumerate(zip(tokens, parents)):
+        cur, path = -1, []
+        while True:
+            kids = [j for j, pj in enumerate(par) if pj == cur]
+            hit = next((j for j in kids if u[b, j] < p[b, cur + 1, toks[j]]), None)
+            if hit is None:
+                break
+            path.append(hit)
+            cur = hit
+        paths.append(path)
+        nexts.append(int(sample(p[b, cur + 1][None], u[b, -1:])[0]))
+    return paths, nexts
+
+
+def test_negative_control_a_broken_tree_verifier_fails(pair, monkeypatch):
+    monkeypatch.setattr(verification, "tree_rejection", _tree_without_residual)
+    assert p_value(sampled(pair, "draft", tree=4, n=N_CONTROL), exact_law(pair[0])) < P_MIN
