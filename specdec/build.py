@@ -88,7 +88,7 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
 
 
 def spec_config(method: str | None, k: int | str, k_max: int, has_draft: bool,
-                options: Mapping[str, object]) -> SpecConfig:
+                options: Mapping[str, object], tree: int = 0) -> SpecConfig:
     """The SpecConfig for the loaded models, by the one rule the CLI and the API share: the
     method defaults to `draft` when a draft model is loaded, else `none`; `none` means k = 0;
     a fixed k above k_max raises k_max to it; ngram's n range defaults to NGRAM_MIN..NGRAM_MAX."""
@@ -99,8 +99,10 @@ def spec_config(method: str | None, k: int | str, k_max: int, has_draft: bool,
         k = 0
     if isinstance(k, int) and not isinstance(k, bool) and isinstance(k_max, int):
         k_max = max(k_max, k)
+    if tree and method != "draft":
+        raise ConfigError(f"--tree needs method 'draft' (a draft model), got {method!r}")
     return SpecConfig(method=method, k=k, k_max=k_max, options={"ngram_min": NGRAM_MIN, "ngram_max": NGRAM_MAX,
-                                                                **options})
+                                                                **options}, tree=tree)
 
 
 def resolve_spec(target: LlamaModel, spec: SpecConfig) -> SpecConfig:

@@ -50,6 +50,9 @@ def add_method_args(p, k_table: bool = True) -> None:
                             "(its num_speculative_tokens_per_batch_size) or that mapping alone, as "
                             "`specdec analyze` writes it")
     p.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="largest k the adaptive policy may choose")
+    p.add_argument("--tree", type=_tree, default=0, metavar="N|off",
+                   help="draft a token tree of up to N nodes and depth --k per round instead of a chain "
+                        "(method draft, fixed k; greedy or temperature-only sampling; default off)")
     p.add_argument("--ngram-min", type=int, default=NGRAM_MIN)
     p.add_argument("--ngram-max", type=int, default=NGRAM_MAX)
     p.add_argument("--layerskip-layers", type=int, help="layers of the target used as the draft")
@@ -65,4 +68,15 @@ def spec_from_args(args, has_draft: bool) -> SpecConfig:
         if k is not None:
             raise ConfigError("--k and --k-table are mutually exclusive")
         k = KTable.read(args.k_table)
-    return spec_config(args.method, "auto" if k is None else k, args.k_max, has_draft, opts)
+    return spec_config(args.method, "auto" if k is None else k, args.k_max, has_draft, opts,
+                       tree=getattr(args, "tree", 0))
+
+
+def _tree(text: str) -> int:
+    """--tree: 'off' (0) or a node budget."""
+    if text == "off":
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tree takes a node budget or 'off', got {text!r}") from None

@@ -33,6 +33,7 @@ from .policy import KPolicy, simple_policy
 from .round import RoundResult
 from .sequence import Sequence, Status
 from .validation import check_params, check_request
+from ..verify.tree import ends_at_leaf
 from .verification import plain_next, verify_round, verify_tree
 
 
@@ -174,9 +175,12 @@ class Engine:
             n = accepted[b]
             self.cache.advance(b, 1 + n)
             seq.append(emitted[b], lps[b])
-            seq.stats.record(num_draft[b], n)
-            self.metrics.record_row(num_draft[b], n, depth=k if draft.parents is not None else None)
-            if draft.parents is not None:
+            if draft.parents is None:
+                seq.stats.record(num_draft[b], n)
+                self.metrics.record_row(num_draft[b], n)
+            else:
+                seq.stats.record(num_draft[b], n, depth=k, bonus=ends_at_leaf(paths[b], draft.parents[b]))
+                self.metrics.record_row(num_draft[b], n, depth=k)
                 self.metrics.record_tree(paths[b], draft.parents[b])
             self.metrics.generated_tokens += len(seq.new_tokens)
         # 7. The proposer rolls back to the accepted prefix; the policy learns from the round.

@@ -27,29 +27,36 @@ class SeqStats:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     recovered_tokens: int = 0     # draft rounds that ended at a rejection: one resampled token each
-    bonus_tokens: int = 0         # draft rounds that accepted every draft: one bonus token each
+    bonus_tokens: int = 0         # draft rounds that accepted every draft (a tree: to a leaf): one each
     accepted_per_pos: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)  # accepted count of each draft round
     draft_lengths: list[int] = field(default_factory=list)     # proposed count of each draft round
+    tree_nodes: list[int] = field(default_factory=list)        # node count of each tree round
     target_forwards: int = 0
     t_arrival: float = field(default_factory=time.perf_counter)
     t_first_token: float | None = None
     t_end: float | None = None
 
-    def record(self, num_draft: int, num_accepted: int) -> None:
+    def record(self, num_draft: int, num_accepted: int, depth: int | None = None,
+               bonus: bool | None = None) -> None:
+        """One round: `num_draft` tokens scored, `num_accepted` kept. A tree round gives its
+        depth (per-position counts run over depths) and whether its branch ended at a leaf
+        (a bonus token; a chain's is accepting every draft)."""
         self.target_forwards += 1
         if num_draft <= 0:
             return
         self.drafts += 1
         self.draft_tokens += num_draft
         self.accepted_tokens += num_accepted
-        if num_accepted < num_draft:
-            self.recovered_tokens += 1
-        else:
+        if bonus if bonus is not None else num_accepted >= num_draft:
             self.bonus_tokens += 1
+        else:
+            self.recovered_tokens += 1
         self.accepted_lengths.append(num_accepted)
         self.draft_lengths.append(num_draft)
-        count_positions(self.accepted_per_pos, num_draft, num_accepted)
+        if depth is not None:
+            self.tree_nodes.append(num_draft)
+        count_positions(self.accepted_per_pos, depth or num_draft, num_accepted)
 
     def as_dict(self, num_output: int) -> dict:
         wall = (self.t_end or time.perf_counter()) - self.t_arrival
@@ -63,6 +70,7 @@ class SeqStats:
             "acceptance_rate": self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0,
             "mean_acceptance_length": 1 + self.accepted_tokens / self.drafts if self.drafts else 1.0,
             "per_position_acceptance": [a / self.drafts for a in self.accepted_per_pos] if self.drafts else [],
+            **({"tree_nodes": list(self.tree_nodes)} if self.tree_nodes else {}),
             "tokens_per_s": num_output / wall if wall > 0 else 0.0,
             "wall_s": wall,
         }

@@ -1,6 +1,8 @@
 """`draft`: a small model with the target's vocabulary guesses k tokens autoregressively."""
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..errors import ConfigError
@@ -128,7 +130,10 @@ def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
     if draft_model.config.vocab_size != target.config.vocab_size:
         raise ConfigError(f"draft vocabulary ({draft_model.config.vocab_size}) differs from the "
                           f"target's ({target.config.vocab_size})")
-    if spec.tree:
+    if spec.tree and getattr(target, "native", None) is not None:
         from .draft_tree import DraftTreeProposer
         return DraftTreeProposer(draft_model, rows, max_len, budget=spec.tree)
+    if spec.tree:   # eager tree attention rounds differently from a chain: greedy would not be exact
+        warnings.warn("token trees need the compiled decoder (models/native) for exact greedy output; "
+                      "drafting chains", stacklevel=2)
     return DraftModelProposer(draft_model, rows, max_len)

@@ -36,6 +36,11 @@ def children(parents: list[int]) -> dict[int, list[int]]:
     return out
 
 
+def ends_at_leaf(path: list[int], parents: list[int]) -> bool:
+    """Whether an accepted branch ended at a node without children (its next token is a bonus)."""
+    return (path[-1] if path else -1) not in parents
+
+
 def tree_greedy(best: list[list[int]], tokens: list[list[int]], parents: list[list[int]]
                 ) -> tuple[list[list[int]], list[int]]:
     """best (B, >= n+1) the target's argmax after the root and after each node; tokens and
