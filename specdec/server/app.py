@@ -195,19 +195,23 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         k = cfg.spec.k if opts.k is None else opts.k
         if opts.method is not None and opts.k is None and k == 0 and method != "none":   # asked, k left open
             k = "auto"
+        tree = cfg.spec.tree if opts.tree is None else 0 if opts.tree == "off" else opts.tree
         if method == "none" or k == 0:
-            return ("none", 0)
+            return ("none", 0, 0)
         if method not in available_methods():
             raise HTTPError(400, f"unknown speculative method {method!r}; choose one of "
                                  f"{', '.join(available_methods())}", param="speculative.method")
         if method == "draft" and models.draft is None:
             raise HTTPError(400, "speculative method 'draft' needs a draft model; start the server "
                                  "with --draft DIR", param="speculative.method")
+        if tree and method != "draft":
+            raise HTTPError(400, f"a token tree needs speculative method 'draft', got {method!r}",
+                            param="speculative.tree")
         try:
-            SpecConfig(method=method, k=k, k_max=cfg.spec.k_max)
+            SpecConfig(method=method, k=k, k_max=cfg.spec.k_max, tree=tree)
         except ConfigError as e:
-            raise HTTPError(400, str(e), param="speculative.k")
-        return (method, k)
+            raise HTTPError(400, str(e), param="speculative.tree" if "tree" in str(e) else "speculative.k")
+        return (method, k, tree)
 
     def submit(ids: list[int], params: SamplingParams, key) -> Handle:
         try:

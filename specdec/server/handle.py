@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..config import SamplingParams
 
-SpecKey = tuple[str, object]
+SpecKey = tuple[str, object, int]   # method, k, tree node budget (0: a chain)
 
 
 class QueueFull(Exception):

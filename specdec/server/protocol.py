@@ -2,7 +2,8 @@
 
 Extensions over the OpenAI API:
 - `top_k` (int, 0 = off), `ignore_eos` and `return_token_ids` on both endpoints;
-- `speculative`: {"method": "draft" | "none" | ..., "k": int | "auto" | "heuristic"} per request;
+- `speculative`: {"method": "draft" | "none" | ..., "k": int | "auto" | "heuristic",
+  "tree": int | "off"} per request;
 - `usage.accepted_tokens`, `usage.draft_tokens`, `usage.mean_acceptance_length`.
 
 Types are strict (a string is not an int), so malformed requests fail validation and the
@@ -32,6 +33,7 @@ class SpeculativeOptions(_Req):
     """Per-request speculation. Omitted fields fall back to the server's defaults."""
     method: StrictStr | None = None
     k: StrictInt | Literal["auto", "heuristic"] | None = None
+    tree: StrictInt | Literal["off"] | None = None     # a token tree's node budget (method draft)
 
 
 class StreamOptions(_Req):

@@ -71,7 +71,7 @@ class Worker:
         """Build the default speculative config's engine (an adaptive policy may measure its
         cost model here, before any request waits on it), then start the engine thread."""
         spec = self.default_spec
-        self._default = ("none", 0) if spec.method == "none" or spec.k == 0 else (spec.method, spec.k)
+        self._default = ("none", 0, 0) if spec.method == "none" or spec.k == 0 else (spec.method, spec.k, spec.tree)
         self._install(self._default, self._make(self._default))
         self._thread.start()
 
@@ -188,8 +188,9 @@ class Worker:
         return None
 
     def _make(self, key: SpecKey) -> Engine:
-        method, k = key
-        spec = SpecConfig(method=method, k=k, k_max=self.default_spec.k_max, options=self.default_spec.options)
+        method, k, tree = key
+        spec = SpecConfig(method=method, k=k, k_max=self.default_spec.k_max, options=self.default_spec.options,
+                          tree=tree)
         return make_engine(self.models, spec, self.config)
 
     def _build(self, key: SpecKey) -> None:

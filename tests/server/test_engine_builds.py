@@ -41,7 +41,7 @@ def test_a_slow_build_stalls_no_other_stream(tiny_models, monkeypatch):
                                                       "speculative": {"method": "ngram", "k": 2}}, timeout=60)
         t.join()
         assert r.status_code == 200, r.text
-        done = built_at[("ngram", 2)]
+        done = built_at[("ngram", 2, 0)]
         during = [s for s in stamps if asked < s < done]
         # the default stream kept going while the other engine was being built
         assert len(during) >= 5, (len(during), len(stamps))
@@ -55,7 +55,7 @@ def test_the_default_engine_is_never_evicted(tiny_models):
             body = {"prompt": "x", "max_tokens": 3, "speculative": {"method": method, "k": 2}}
             assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200
             wait_idle(app)
-            assert ("draft", 3) in app.state.worker.engines
+            assert ("draft", 3, 0) in app.state.worker.engines
         assert len(app.state.worker.engines) <= 2
         health = httpx.get(url + "/health").json()
         assert (health["running"], health["waiting"]) == (0, 0), json.dumps(health)
@@ -79,7 +79,7 @@ def test_a_plain_server_keeps_plain_requests_plain(tiny_models):
     with live_server(tiny_models, spec=SpecConfig(method="draft", k=0), model_name="tiny") as (url, app):
         r = httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 4, "ignore_eos": True}, timeout=30)
         assert r.status_code == 200 and r.json()["usage"]["draft_tokens"] == 0
-        assert list(app.state.worker.engines) == [("none", 0)]
+        assert list(app.state.worker.engines) == [("none", 0, 0)]
 
 
 def test_a_speculative_setting_whose_caches_would_not_fit_is_a_400(tiny_models, monkeypatch):
@@ -95,5 +95,22 @@ def test_a_speculative_setting_whose_caches_would_not_fit_is_a_400(tiny_models, 
         assert r.status_code == 400 and "lower --max-batch" in r.json()["error"]["message"], r.text
         monkeypatch.undo()
         assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200   # built once it fits
+        wait_idle(app)
+        assert app.state.worker.leaks() == []
+
+
+def test_a_request_may_ask_for_a_token_tree(tiny_models):
+    with live_server(tiny_models, spec=SpecConfig(method="draft", k=3), model_name="tiny") as (url, app):
+        body = {"prompt": "def f(x):", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+        plain = httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+        tree = {**body, "speculative": {"method": "draft", "k": 3, "tree": 8}}
+        r = httpx.post(url + "/v1/completions", json=tree, timeout=60)
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == plain
+        assert ("draft", 3, 8) in app.state.worker.engines
+        for bad, param in (({"method": "draft", "k": 3, "tree": 99}, "speculative.tree"),
+                           ({"method": "ngram", "k": 3, "tree": 8}, "speculative.tree"),
+                           ({"method": "draft", "k": "auto", "tree": 8}, "speculative.tree")):
+            r = httpx.post(url + "/v1/completions", json={**body, "speculative": bad}, timeout=60)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
         wait_idle(app)
         assert app.state.worker.leaks() == []

@@ -232,7 +232,7 @@ def test_a_request_that_ends_while_queued_is_counted(server):
         for reason in ("abort", "timeout"):
             counter = worker.metrics.request_success.labels(finished_reason=reason)
             before = counter._value.get()
-            h = Handle([5, 6], SamplingParams(max_new_tokens=2), ("none", 0), deadline=0.0, loop=loop)
+            h = Handle([5, 6], SamplingParams(max_new_tokens=2), ("none", 0, 0), deadline=0.0, loop=loop)
             worker._drop_pending(h, reason)
             assert counter._value.get() == before + 1 and h.done
     finally:

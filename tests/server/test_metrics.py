@@ -54,7 +54,7 @@ def test_request_metrics_carry_the_model_name_and_kv_usage_follows_the_cache(tin
                     seen.append(usage_now())
         wait_idle(app)
         assert 0 < seen[0] < seen[1] <= 1, seen
-        cache = app.state.worker.engines[("draft", 3)].cache
+        cache = app.state.worker.engines[("draft", 3, 0)].cache
         assert seen[1] <= 302 / (cache.num_rows * cache.max_len)     # one row's worth at most
         assert usage_now() == 0.0
         text = httpx.get(url + "/metrics").text
