@@ -5,7 +5,8 @@
 For each workload (code, prose, grounded, random; specdec.analysis.workloads), each
 sampling mode (greedy, and with `--temperatures` each temperature under each of
 `--couplings`: standard rejection sampling, or the drafter-invariant coupling) and each
-method (none = plain, draft, ngram, suffix, layerskip, auto) it decodes the same prompts
+method (none = plain, draft, ngram, suffix, layerskip, auto; a method may carry its own k as
+`draft@6`, and `tree16@4` is the draft model's token tree of 16 nodes and depth 4) it decodes the same prompts
 with the bundled models and records acceptance rate, mean acceptance length, tokens/s
 (output tokens / wall time of the whole generate call, prefill included), the speed-up
 over plain and the repetition fraction of the output (analysis/repetition.py). Greedy and
@@ -39,8 +40,18 @@ METHODS = ("none", "draft", "ngram", "suffix", "layerskip", "auto")
 SEED = 1234        # request i is seeded SEED + i, so every method and repeat samples alike
 
 
-def run_once(models, method: str, k, prompts, new_tokens: int, options: dict, mode=("greedy", 0.0, "standard")) -> dict:
-    spec = SpecConfig(method=method, k=0 if method == "none" else k, options=options)
+def parse_method(label: str, k):
+    """'draft' -> (draft, k, 0); 'draft@6' -> (draft, 6, 0); 'tree16@4' -> (draft, 4, 16)."""
+    name, _, own_k = label.partition("@")
+    k = _k(own_k) if own_k else k
+    if name.startswith("tree"):
+        return "draft", k, int(name[4:])
+    return name, k, 0
+
+
+def run_once(models, label: str, k, prompts, new_tokens: int, options: dict, mode=("greedy", 0.0, "standard")) -> dict:
+    method, k, tree = parse_method(label, k)
+    spec = SpecConfig(method=method, k=0 if method == "none" else k, options=options, tree=tree)
     longest = max(len(p) for p in prompts) + new_tokens + 1
     cfg = EngineConfig(max_batch=1, max_model_len=min(longest, models.target.config.max_position_embeddings))
     draft = models.draft if method in ("draft", "auto") else None
@@ -107,6 +118,16 @@ def markdown(results: dict, meta: dict) -> str:
         if "auto" in per:
             best.append(f"- {w}: best single = {top} ({singles[top]:.2f}x); auto = {per['auto']['speedup']:.2f}x "
                         f"({per['auto']['speedup'] / singles[top]:.0%} of best)")
+    for w, per in results.items():                       # token trees against chains of the draft model
+        kinds = {m: parse_method(m, meta["k"]) for m in per}
+        chains = [m for m, (meth, _, tree) in kinds.items() if meth == "draft" and not tree]
+        trees = [m for m, (_, _, tree) in kinds.items() if tree]
+        if chains and trees:
+            c = max(chains, key=lambda m: per[m]["tokens_per_s"])
+            t = max(trees, key=lambda m: per[m]["tokens_per_s"])
+            best.append(f"- {w}: best tree {t} against the best chain {c}: mean acceptance length "
+                        f"{per[t]['mean_acceptance_length'] / per[c]['mean_acceptance_length']:.2f}x, "
+                        f"tokens/s {per[t]['speedup'] / per[c]['speedup']:.2f}x")
     return "\n".join(lines + [""] + best) + "\n"
 
 
