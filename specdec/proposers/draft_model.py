@@ -1,15 +1,12 @@
 """`draft`: a small model with the target's vocabulary guesses k tokens autoregressively."""
 from __future__ import annotations
 
-import warnings
-
 import torch
 
-from ..errors import ConfigError
 from ..verify.sampling import sample
 from ..batch import Batch
 from ..costs.key import CostKey
-from .base import Draft, Proposer, register
+from .base import Draft, Proposer
 
 
 class DraftModelProposer(Proposer):
@@ -121,19 +118,3 @@ class DraftModelProposer(Proposer):
 
     def cost_key(self):
         return CostKey("draft", self.name)
-
-
-@register("draft")
-def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
-    if draft_model is None:
-        raise ConfigError("method 'draft' needs a draft model (--draft DIR)")
-    if draft_model.config.vocab_size != target.config.vocab_size:
-        raise ConfigError(f"draft vocabulary ({draft_model.config.vocab_size}) differs from the "
-                          f"target's ({target.config.vocab_size})")
-    if spec.tree and getattr(target, "native", None) is not None:
-        from .draft_tree import DraftTreeProposer
-        return DraftTreeProposer(draft_model, rows, max_len, budget=spec.tree)
-    if spec.tree:   # eager tree attention rounds differently from a chain: greedy would not be exact
-        warnings.warn("token trees need the compiled decoder (models/native) for exact greedy output; "
-                      "drafting chains", stacklevel=2)
-    return DraftModelProposer(draft_model, rows, max_len)
