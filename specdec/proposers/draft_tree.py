@@ -11,8 +11,8 @@ nodes always include their ancestors.
 Each level is one draft forward over the level's nodes with tree attention (models/tree.py),
 so a tree costs k draft forwards, as a chain of k does, each over `width` inputs instead of
 one. Nodes are chosen deterministically, so verification treats them as one-hot (q = None):
-lossless at any temperature (verify/tree.py). Rollback drops every node from the draft's
-cache; the next round feeds the accepted tokens again (one forward over a few inputs).
+lossless at any temperature (verify/tree.py). Rollback keeps the accepted branch's K/V in the
+draft's cache (moved to consecutive slots) and drops the other nodes.
 Batches with penalties, coupled rows or top-k/top-p filters draft a chain instead.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ import torch
 from ..batch import Batch
 from ..models.tree import MAX_TREE, TreeAttention, bits_tensor
 from ..errors import ConfigError
+from ..verify.tree import children
 from .base import Draft, register
 from .draft_model import DraftModelProposer
 
@@ -90,20 +91,37 @@ class DraftTreeProposer(DraftModelProposer):
         keep = torch.sort(torch.where(rank < n, order, order.shape[1] + order), -1).values[:, :n]
         all_toks, all_par = torch.cat(toks, 1), torch.cat(parents, 1)
         kept_toks = all_toks.gather(1, keep)                                               # (B, n)
-        par_rows = []
-        for b, (kb, pb) in enumerate(zip(keep.tolist(), all_par.gather(1, keep).tolist())):
+        par_rows, keep_rows = [], keep.tolist()
+        for kb, pb in zip(keep_rows, all_par.gather(1, keep).tolist()):
             new_index = {old: i for i, old in enumerate(kb)}
             par_rows.append([new_index[p] if p >= 0 else -1 for p in pb])
-        return Draft(tokens=kept_toks, probs=None, parents=par_rows)
+        draft = Draft(tokens=kept_toks, probs=None, parents=par_rows)
+        # for rollback: the rows, and where each kept node's K/V sit (levels 1..k-1 were fed)
+        self._round = (list(batch), draft, keep_rows, (k - 1) * w)
+        return draft
 
     def rollback(self, num_accepted):
+        """Keep the accepted branch's fed nodes: their K/V move from their tree slots to the
+        committed tokens' next slots (KVCache.keep_path), every other node is dropped, and
+        the next round feeds only what was never fed (the branch's last level, the new token)."""
         if self._committed is None or not self._was_tree:
             return super().rollback(num_accepted)
-        for b in range(len(num_accepted)):
-            # a tree's nodes sit at slots past the committed tokens: drop them all; the
-            # accepted ones are fed again next round
-            self.cache.truncate(b, min(self.cache.lengths[b], self._committed[b]))
-        self._committed = None
+        seqs, draft, keep_rows, fed = self._round
+        paths = []
+        for b, n in enumerate(num_accepted):
+            toks, kids = draft.tokens[b].tolist(), children(draft.parents[b])
+            start = self._committed[b]
+            cur, path = -1, []
+            for t in seqs[b].token_ids[start:start + n]:      # the accepted tokens, in order
+                cur = next(j for j in kids.get(cur, ()) if toks[j] == t)
+                if keep_rows[b][cur] >= fed:                    # never fed: the draft has no K/V
+                    break
+                path.append(keep_rows[b][cur])
+            paths.append(path)
+        self.cache.keep_path(paths)
+        for b, path in enumerate(paths):
+            self.cache.advance(b, len(path))
+        self._committed = self._round = None
 
 
 @register("draft")
