@@ -52,7 +52,7 @@ def add_method_args(p, k_table: bool = True) -> None:
     p.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="largest k the adaptive policy may choose")
     p.add_argument("--tree", type=_tree, default=0, metavar="N|off",
                    help="draft a token tree of up to N nodes and depth --k per round instead of a chain "
-                        "(method draft, fixed k; greedy or temperature-only sampling; default off)")
+                        "(methods draft and ngram, fixed k; greedy or temperature-only sampling; default off)")
     p.add_argument("--ngram-min", type=int, default=NGRAM_MIN)
     p.add_argument("--ngram-max", type=int, default=NGRAM_MAX)
     p.add_argument("--layerskip-layers", type=int, help="layers of the target used as the draft")

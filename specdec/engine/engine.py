@@ -13,7 +13,9 @@ The running batch is always cache rows [0, n): finished rows are compacted away.
 from __future__ import annotations
 
 import time
+import warnings
 from collections import deque
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -56,6 +58,11 @@ class Engine:
         if config.max_model_len > target.config.max_position_embeddings:
             raise ConfigError(f"max_model_len {config.max_model_len} exceeds the model's context length "
                               f"{target.config.max_position_embeddings}")
+        if spec.tree and getattr(target, "native", None) is None:
+            # eager tree attention rounds differently from a chain: greedy would not be exact
+            warnings.warn("token trees need the compiled decoder (models/native); drafting chains", stacklevel=2)
+            spec = replace(spec, tree=0)
+            self.spec = spec
         self.cache_len = cache_length(config, spec)
         self.cache = target.new_cache(config.max_batch, self.cache_len)
         self.proposer = proposer or create_proposer(
@@ -181,7 +188,8 @@ class Engine:
             else:
                 seq.stats.record(num_draft[b], n, depth=k, bonus=ends_at_leaf(paths[b], draft.parents[b]))
                 self.metrics.record_row(num_draft[b], n, depth=k)
-                self.metrics.record_tree(paths[b], draft.parents[b])
+                if draft.parents[b]:
+                    self.metrics.record_tree(paths[b], draft.parents[b])
             self.metrics.generated_tokens += len(seq.new_tokens)
         # 7. The proposer rolls back to the accepted prefix; the policy learns from the round.
         self.proposer.rollback(accepted)

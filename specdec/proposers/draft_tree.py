@@ -18,7 +18,6 @@ Batches with penalties, coupled rows or top-k/top-p filters draft a chain instea
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
@@ -131,9 +130,6 @@ def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
     if draft_model.config.vocab_size != target.config.vocab_size:
         raise ConfigError(f"draft vocabulary ({draft_model.config.vocab_size}) differs from the "
                           f"target's ({target.config.vocab_size})")
-    if spec.tree and getattr(target, "native", None) is not None:
+    if spec.tree:
         return DraftTreeProposer(draft_model, rows, max_len, budget=spec.tree)
-    if spec.tree:   # eager tree attention rounds differently from a chain: greedy would not be exact
-        warnings.warn("token trees need the compiled decoder (models/native) for exact greedy output; "
-                      "drafting chains", stacklevel=2)
     return DraftModelProposer(draft_model, rows, max_len)

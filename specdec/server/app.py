@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
-from ..build import Models
+from ..build import TREE_METHODS, Models
 from ..engine.validation import check_params
 from ..errors import ConfigError, PromptError
 from ..proposers import available as available_methods
@@ -204,9 +204,9 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         if method == "draft" and models.draft is None:
             raise HTTPError(400, "speculative method 'draft' needs a draft model; start the server "
                                  "with --draft DIR", param="speculative.method")
-        if tree and method != "draft":
-            raise HTTPError(400, f"a token tree needs speculative method 'draft', got {method!r}",
-                            param="speculative.tree")
+        if tree and method not in TREE_METHODS:
+            raise HTTPError(400, f"a token tree needs speculative method {' or '.join(TREE_METHODS)}, "
+                                 f"got {method!r}", param="speculative.tree")
         try:
             SpecConfig(method=method, k=k, k_max=cfg.spec.k_max, tree=tree)
         except ConfigError as e:

@@ -37,6 +37,22 @@ def test_greedy_identity_200_prompts_with_trees(tiny_target, k, tree, max_batch)
     assert m.tree_rounds > 0 and m.branch_accepts > 0, "no round accepted a node other than a first child"
 
 
+def test_ngram_trees_are_exact_and_merge_shared_prefixes(tiny_target):
+    import numpy as np
+    from specdec.proposers.ngram import continuation_tree
+    #          0  1  2  3  4  5  6  7  8  9 10 11: the tail "2" follows 5, 1 and 9
+    buf = np.array([2, 5, 6, 2, 1, 7, 2, 5, 8, 2, 9, 2])
+    tokens, parents = continuation_tree(buf, 1, 2, 2, budget=8)
+    # longest match first ([9, 2] has none; "2" alone at ends 9, 6, 3, 0), most recent first
+    assert tokens == [9, 2, 5, 8, 1, 7, 6] and parents == [-1, 0, -1, 2, -1, 4, 2]
+    assert continuation_tree(buf, 1, 2, 2, budget=3) == ([9, 2, 5], [-1, 0, -1])
+    prompts = [p * 3 for p in random_prompts(60, seed=4, hi=12)]      # repeats: n-gram matches
+    params = SamplingParams(max_new_tokens=24, ignore_eos=True)
+    plain, _ = _generate(tiny_target, SpecConfig(method="none", k=0), prompts, params, max_batch=8)
+    spec, eng = _generate(tiny_target, SpecConfig(method="ngram", k=4, tree=12), prompts, params, max_batch=8)
+    assert spec == plain and eng.metrics.tree_rounds > 0
+
+
 def test_self_draft_accepts_everything(tiny_target):
     prompts = random_prompts(4, seed=1)
     params = SamplingParams(max_new_tokens=21, ignore_eos=True)
