@@ -36,6 +36,8 @@ class LLM:
     method: the proposer (draft, ngram, suffix, layerskip, auto or none); default: draft
         when a draft is loaded, else none.
     k: draft tokens per round: 0..16, "auto" (adaptive, the default) or "heuristic".
+    tree: 0 (chains), or a token tree's node budget per round, of depth k (a fixed k;
+        methods draft and ngram; docs/trees.md).
     speculative_config: vLLM's dict, {"method": "draft_model" | "ngram" | "suffix" | ...,
         "model": draft dir, "num_speculative_tokens": k, "prompt_lookup_min"/"_max": n}.
     Engine options: k_max, max_batch, max_model_len (default: the target's context),
@@ -53,7 +55,7 @@ class LLM:
                  model: PathLike | None = None, speculative_config: Mapping[str, object] | None = None,
                  k_max: int = DEFAULT_K_MAX, max_batch: int = DEFAULT_MAX_BATCH, max_model_len: int | None = None,
                  device: str = "cpu", threads: int | None = None, compile: bool | None = None,
-                 dtype: str | None = None, draft_dtype: str | None = None,
+                 dtype: str | None = None, draft_dtype: str | None = None, tree: int = 0,
                  **proposer_options: object) -> None:
         if model is not None and target is not None:
             raise ConfigError("the target is given twice: target= and model=")
@@ -64,7 +66,8 @@ class LLM:
         target_dir, draft_dir = default_pair(target if target is not None else model, want.draft)
         self._models = load_models(target_dir, draft_dir, device=device, threads=threads, compile=compile,
                                    weights=dtype, draft_weights=draft_dtype)
-        self._spec = spec_config(want.method, want.k, k_max, self._models.draft is not None, want.options)
+        self._spec = spec_config(want.method, want.k, k_max, self._models.draft is not None, want.options,
+                                 tree=tree)
         context = self._models.target.config.max_position_embeddings
         self._engine = make_engine(self._models, self._spec,
                                    replace(limits, max_model_len=context if max_model_len is None else max_model_len))
