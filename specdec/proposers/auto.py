@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import torch
 
@@ -220,6 +221,7 @@ def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
     if "auto" in names:
         raise ConfigError("auto cannot choose itself")
     arms = {}
+    spec = replace(spec, tree=0)              # merge() joins chains: its arms draft no trees
     for n in names:
         if n == "draft" and draft_model is None:
             continue                          # no draft model given: not an arm
