@@ -24,7 +24,7 @@ from ..batch import Batch
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..errors import ConfigError
 from ..models.llama import LlamaModel, padded
-from ..models.tree import block_layout
+from ..models.tree import MAX_TREE, block_layout
 from ..proposers import create as create_proposer
 from ..proposers.base import Draft, Proposer
 from ..verify.coupling import CoupledNoise
@@ -42,7 +42,7 @@ from .verification import plain_next, verify_round, verify_tree
 def cache_length(config: EngineConfig, spec: SpecConfig) -> int:
     """Cache slots per row: the context plus a round's drafts and bonus token (a request near
     its limit still verifies a full block), rounded up to whole attention blocks."""
-    slack = max(spec.k_max, spec.tree) + 2
+    slack = max(spec.k_max, MAX_TREE if spec.tree else 0) + 2     # a tree's draft levels span <= MAX_TREE slots
     return padded(config.max_model_len + slack)
 
 

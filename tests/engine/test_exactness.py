@@ -37,6 +37,18 @@ def test_greedy_identity_200_prompts_with_trees(tiny_target, k, tree, max_batch)
     assert m.tree_rounds > 0 and m.branch_accepts > 0, "no round accepted a node other than a first child"
 
 
+def test_a_tree_runs_to_the_end_of_the_context(tiny_target):
+    """k = 8 with a budget of 9: 2 nodes a level, 16 draft slots past the committed tokens, at
+    a context length (53 + slack) whose cache is one 64-key block when the slack is short."""
+    prompt = random_prompts(1, seed=3, lo=40, hi=41)
+    params = SamplingParams(max_new_tokens=13, ignore_eos=True)
+    eng = Engine(tiny_target, SpecConfig(method="draft", k=8, tree=9), EngineConfig(max_batch=1, max_model_len=53),
+                 draft=perturbed(tiny_target, 0.05, seed=2))
+    plain = Engine(tiny_target, SpecConfig(method="none", k=0), EngineConfig(max_batch=1, max_model_len=53))
+    assert [s.output_ids for s in eng.generate(prompt, params)] == \
+        [s.output_ids for s in plain.generate(prompt, params)]
+
+
 def test_ngram_trees_are_exact_and_merge_shared_prefixes(tiny_target):
     import numpy as np
     from specdec.proposers.ngram import continuation_tree
