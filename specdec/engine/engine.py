@@ -61,8 +61,7 @@ class Engine:
         if spec.tree and getattr(target, "native", None) is None:
             # eager tree attention rounds differently from a chain: greedy would not be exact
             warnings.warn("token trees need the compiled decoder (models/native); drafting chains", stacklevel=2)
-            spec = replace(spec, tree=0)
-            self.spec = spec
+            self.spec = spec = replace(spec, tree=0)
         self.cache_len = cache_length(config, spec)
         self.cache = target.new_cache(config.max_batch, self.cache_len)
         self.proposer = proposer or create_proposer(
@@ -174,10 +173,11 @@ class Engine:
         #    append the tokens, check stop conditions. A tree's accepted branch is first moved
         #    to the slots a chain would have filled (nothing moves for a chain).
         paths = paths or [list(range(n)) for n in accepted]
-        self.cache.keep_path([[0] + [j + 1 for j in path] for path in paths])
+        inputs = [[0] + [j + 1 for j in path] for path in paths]      # the block inputs kept, per row
+        self.cache.keep_path(inputs)
         emitted = [[draft_rows[b][j] for j in paths[b]] + [next_ids[b]] for b in range(B)]
         tops = [s.params.logprobs for s in batch]
-        lps = emitted_logprobs(logits, emitted, tops) if any(t is not None for t in tops) else [None] * B
+        lps = emitted_logprobs(logits, emitted, tops, inputs) if any(t is not None for t in tops) else [None] * B
         for b, seq in enumerate(batch):
             n = accepted[b]
             self.cache.advance(b, 1 + n)

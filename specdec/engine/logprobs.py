@@ -11,17 +11,19 @@ import torch
 TokenLogprob = tuple[float, list[tuple[int, float]]]
 
 
-def emitted_logprobs(logits: torch.Tensor, emitted: list[list[int]],
-                     tops: list[int | None]) -> list[list[TokenLogprob] | None]:
-    """logits (B, T, V): the round's target forward, where logits[b, j] predicts the j-th
-    token row b emits; emitted[b]: those tokens; tops[b]: None where the row did not ask for
-    log-probabilities, else how many alternatives to list. -> one list per row, or None."""
+def emitted_logprobs(logits: torch.Tensor, emitted: list[list[int]], tops: list[int | None],
+                     inputs: list[list[int]] | None = None) -> list[list[TokenLogprob] | None]:
+    """logits (B, T, V): the round's target forward; emitted[b]: the tokens row b emits, the
+    j-th predicted by logits[b, inputs[b][j]] (default j: a chain; a tree's accepted branch
+    reads its nodes' rows); tops[b]: None where the row did not ask for log-probabilities,
+    else how many alternatives to list. -> one list per row, or None."""
     out: list[list[TokenLogprob] | None] = []
     for b, (ids, top) in enumerate(zip(emitted, tops)):
         if top is None or not ids:
             out.append(None if top is None else [])
             continue
-        lp = torch.log_softmax(logits[b, :len(ids)].float(), dim=-1)                  # (n, V)
+        rows = inputs[b][:len(ids)] if inputs is not None else list(range(len(ids)))
+        lp = torch.log_softmax(logits[b, rows].float(), dim=-1)                        # (n, V)
         at = torch.tensor(ids, device=lp.device)
         chosen = lp[torch.arange(len(ids), device=lp.device), at].tolist()             # (n,)
         if top:

@@ -32,7 +32,8 @@ def test_logprobs_are_the_targets_log_softmax(tiny_target, temperature):
               for i in range(6)]
     plain = _run(tiny_target, None, SpecConfig(method="none", k=0), prompts, params)
     spec = _run(tiny_target, draft, SpecConfig(method="draft", k=3), prompts, params)
-    for seqs in (plain, spec):
+    tree = _run(tiny_target, perturbed(tiny_target, 0.05), SpecConfig(method="draft", k=3, tree=8), prompts, params)
+    for seqs in (plain, spec, tree):
         for s in seqs:
             full, chosen = _reference(tiny_target, s)
             assert len(s.logprobs) == s.num_output == 10
