@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
     src.add_argument("--workload", choices=list(ANALYSIS_WORKLOADS) + ["all"], default="all")
     src.add_argument("--prompts", type=Path, help="JSONL file, one {\"prompt\": ...} per line")
     add_load_args(p)
-    add_method_args(p, k_table=False)  # --method and proposer options; --k is redefined below as a list
+    add_method_args(p, k_table=False, tree=False)  # --method and proposer options; --k is redefined below as a list
     p.add_argument("--k", type=_list(int), help="draft lengths to measure, e.g. 1,2,4,8")
     p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
     p.add_argument("--temperatures", type=_list(float), help="e.g. 0,0.7,1,1.5 (the first is the base)")

@@ -39,7 +39,7 @@ def load_kwargs(args) -> dict:
             "compile": args.compile, "weights": args.dtype, "draft_weights": args.draft_dtype}
 
 
-def add_method_args(p, k_table: bool = True) -> None:
+def add_method_args(p, k_table: bool = True, tree: bool = True) -> None:
     p.add_argument("--method", help="proposer: draft, ngram, suffix, layerskip, auto or none "
                                     "(default: draft when a draft model is given, else none)")
     p.add_argument("--k", type=_k, default=None,
@@ -50,9 +50,10 @@ def add_method_args(p, k_table: bool = True) -> None:
                             "(its num_speculative_tokens_per_batch_size) or that mapping alone, as "
                             "`specdec analyze` writes it")
     p.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="largest k the adaptive policy may choose")
-    p.add_argument("--tree", type=_tree, default=0, metavar="N|off",
-                   help="draft a token tree of up to N nodes and depth --k per round instead of a chain "
-                        "(methods draft and ngram, fixed k; greedy or temperature-only sampling; default off)")
+    if tree:     # analyze and trace read chains of drafts (a tree round: benchmarks/tree_picture.py)
+        p.add_argument("--tree", type=_tree, default=0, metavar="N|off",
+                       help="draft a token tree of up to N nodes and depth --k per round instead of a chain "
+                            "(methods draft and ngram, fixed k; greedy or temperature-only sampling; default off)")
     p.add_argument("--ngram-min", type=int, default=NGRAM_MIN)
     p.add_argument("--ngram-max", type=int, default=NGRAM_MAX)
     p.add_argument("--layerskip-layers", type=int, help="layers of the target used as the draft")

@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int)
     p.add_argument("--out", type=Path, required=True, help="directory for trace.json, .safetensors, .html")
     add_load_args(p)
-    add_method_args(p, k_table=False)       # one request: a table by batch size has nothing to pick
+    add_method_args(p, k_table=False, tree=False)  # one request: a table by batch size has nothing to pick
     p.set_defaults(func=run, k=DEFAULT_K)
 
 
