@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+import sys
 
 import torch
 
@@ -22,7 +23,7 @@ from .adaptive.layers import calibrated_layers
 from .adaptive.policy import AdaptiveK
 from .config import EngineConfig, SpecConfig
 from .costs.cost_model import CostModel
-from .costs.profiling import grid_rows
+from .costs.profiling import grid_rows, tree_profile
 from .defaults import default_draft, default_target
 from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy
@@ -152,8 +153,13 @@ def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
     spec = resolve_spec(models.target, spec)
     require_cache_memory(models, spec, config)
     method = spec.method if spec.k != 0 else "none"
+    tree_cost = None
+    if spec.tree == "auto" and method == "draft":      # a tree's size is weighed against these times
+        print(f"specdec: timing the target's verify forwards for --tree auto (batch up to {config.max_batch})",
+              file=sys.stderr)
+        tree_cost = tree_profile(models.target, config.max_batch).t
     proposer = create_proposer(method, models.target, spec, draft_model=models.draft,
-                               rows=config.max_batch, max_len=cache_length(config, spec))
+                               rows=config.max_batch, max_len=cache_length(config, spec), tree_cost=tree_cost)
     policy = make_policy(spec, proposer, models.target, models.draft, cost_model, config.max_batch)
     return Engine(models.target, spec, config, proposer=proposer, policy=policy)
 

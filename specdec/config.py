@@ -179,14 +179,15 @@ class SpecConfig:
     k: an int in 0..K_MAX (0 = plain decoding), "auto" (adaptive policy from a measured
        cost model), "heuristic" (Hugging Face's +2/-1 schedule) or a KTable (k by batch size).
     options: proposer-specific settings (e.g. ngram's min_n/max_n), by name.
-    tree: 0 (a chain of k drafts), or a node budget (2..MAX_TREE_NODES) for a token tree of
-       depth k (proposers that build trees: `draft`; proposers/draft_tree.py).
+    tree: 0 (a chain of k drafts), a node budget (2..MAX_TREE_NODES) for a token tree of depth
+       k (proposers that build trees: `draft`, `ngram`; docs/trees.md), or "auto" (the draft
+       model's trees, sized each round by the target's measured costs: proposers/tree_size.py).
     """
     method: str = "draft"
     k: int | str | KTable = 4
     k_max: int = 8
     options: tuple[tuple[str, object], ...] = field(default_factory=tuple)
-    tree: int = 0
+    tree: int | str = 0
 
     def __post_init__(self):
         if isinstance(self.k, KTable):
@@ -203,8 +204,12 @@ class SpecConfig:
             object.__setattr__(self, "k_max", self.k)
         if isinstance(self.options, dict):
             object.__setattr__(self, "options", tuple(sorted(self.options.items())))
-        if not isinstance(self.tree, int) or not (self.tree == 0 or 2 <= self.tree <= MAX_TREE_NODES):
-            raise ConfigError(f"tree must be 0 (a chain) or a node budget in 2..{MAX_TREE_NODES}, got {self.tree!r}")
+        if self.tree != "auto" and (not isinstance(self.tree, int) or isinstance(self.tree, bool)
+                                    or not (self.tree == 0 or 2 <= self.tree <= MAX_TREE_NODES)):
+            raise ConfigError(f"tree must be 0 (a chain), a node budget in 2..{MAX_TREE_NODES} or 'auto', "
+                              f"got {self.tree!r}")
+        if self.tree == "auto" and self.method != "draft":
+            raise ConfigError(f"tree 'auto' sizes the draft model's trees (method draft), got method {self.method!r}")
         if self.tree and not isinstance(self.k, int):
             raise ConfigError(f"a token tree needs a fixed k (its depth), got k={self.k!r}")
 

@@ -51,9 +51,10 @@ def add_method_args(p, k_table: bool = True, tree: bool = True) -> None:
                             "`specdec analyze` writes it")
     p.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="largest k the adaptive policy may choose")
     if tree:     # analyze and trace read chains of drafts (a tree round: benchmarks/tree_picture.py)
-        p.add_argument("--tree", type=_tree, default=0, metavar="N|off",
+        p.add_argument("--tree", type=_tree, default=0, metavar="N|auto|off",
                        help="draft a token tree of up to N nodes and depth --k per round instead of a chain "
-                            "(methods draft and ngram, fixed k; greedy or temperature-only sampling; default off)")
+                            "(methods draft and ngram, fixed k; greedy or temperature-only sampling; auto: the draft "
+                            "model's tree, sized each round by the target's measured costs; default off)")
     p.add_argument("--ngram-min", type=int, default=NGRAM_MIN)
     p.add_argument("--ngram-max", type=int, default=NGRAM_MAX)
     p.add_argument("--layerskip-layers", type=int, help="layers of the target used as the draft")
@@ -73,11 +74,11 @@ def spec_from_args(args, has_draft: bool) -> SpecConfig:
                        tree=getattr(args, "tree", 0))
 
 
-def _tree(text: str) -> int:
-    """--tree: 'off' (0) or a node budget."""
-    if text == "off":
-        return 0
+def _tree(text: str) -> int | str:
+    """--tree: 'off' (0), 'auto' or a node budget."""
+    if text in ("off", "auto"):
+        return 0 if text == "off" else text
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--tree takes a node budget or 'off', got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"--tree takes a node budget, 'auto' or 'off', got {text!r}") from None

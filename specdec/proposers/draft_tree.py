@@ -4,7 +4,8 @@ A chain spends a round's k positions on one guess; when its first token is wrong
 yields one token. A tree spends a node budget on several guesses: level 1 holds the draft's
 `width` most likely first tokens, and each later level the `width` most likely extensions of
 the level before (by the path's draft log-probability, over all of that level's children).
-After k levels the `budget` nodes with the highest path scores are kept. A child never scores
+After k levels the `budget` nodes with the highest path scores are kept (`--tree auto`: as
+many as pay for their verification, tree_size.py). A child never scores
 above its parent (log-probabilities are <= 0) and ties keep the earlier node, so the kept
 nodes always include their ancestors.
 
@@ -18,6 +19,7 @@ Batches with penalties, coupled rows or top-k/top-p filters draft a chain instea
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -27,6 +29,7 @@ from ..errors import ConfigError
 from ..verify.tree import children
 from .base import Draft, register
 from .draft_model import DraftModelProposer
+from .tree_size import AUTO_NODES, Calibration, best_size
 
 
 def tree_width(budget: int, k: int) -> int:
@@ -38,9 +41,15 @@ def tree_width(budget: int, k: int) -> int:
 class DraftTreeProposer(DraftModelProposer):
     """A DraftModelProposer whose rounds draft a tree of up to `budget` nodes and depth k."""
 
-    def __init__(self, model, rows: int, max_len: int, budget: int, name="draft"):
+    def __init__(self, model, rows: int, max_len: int, budget: int | str, name="draft",
+                 cost: Callable[[int, int], float] | None = None):
+        """budget: nodes per tree, or "auto": AUTO_NODES drafted and as many kept as pay for
+        their verification (tree_size.py) by `cost(b, q)`, the target's forward seconds."""
         super().__init__(model, rows, max_len, name=name)
-        self.budget, self._was_tree = budget, False
+        if budget == "auto" and cost is None:
+            raise ConfigError("--tree auto needs the target's measured forward costs (build.make_engine)")
+        self.budget, self.cost, self._was_tree = budget, cost, False
+        self.calibration = Calibration()
 
     def propose(self, batch: Batch, k: int) -> Draft:
         s = batch.sampling
@@ -50,7 +59,8 @@ class DraftTreeProposer(DraftModelProposer):
     @torch.inference_mode()
     def _tree(self, batch: Batch, k: int) -> Draft:
         B, dev, V = len(batch), self.model.device, self.model.config.vocab_size
-        w = min(tree_width(self.budget, k), V)
+        auto = self.budget == "auto"
+        w = min(tree_width(AUTO_NODES if auto else self.budget, k), V)
         # 1. Feed what the draft has not seen; its last output scores the root's children.
         lens = self.cache.lengths
         feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(batch)]
@@ -84,7 +94,9 @@ class DraftTreeProposer(DraftModelProposer):
                 anc[b] += [anc[b][p] | 1 << (idx0 + w + i) for i, p in enumerate(row)]
         # 3. Keep the budget's best nodes (ties: the earlier node), in node order.
         all_scores = torch.cat(scores, 1)                                                  # (B, w k)
-        n = min(self.budget, all_scores.shape[1])
+        probs = all_scores.exp().sort(-1, descending=True).values                          # (B, w k)
+        n = (best_size(probs, self.calibration.c, self.cost) if auto
+             else min(self.budget, all_scores.shape[1]))
         order = torch.arange(all_scores.shape[1], device=dev).expand(B, -1)
         rank = torch.argsort(torch.argsort(-all_scores, dim=-1, stable=True), dim=-1)            # (B, w k)
         keep = torch.sort(torch.where(rank < n, order, order.shape[1] + order), -1).values[:, :n]
@@ -97,6 +109,7 @@ class DraftTreeProposer(DraftModelProposer):
         draft = Draft(tokens=kept_toks, probs=None, parents=par_rows)
         # for rollback: the rows, and where each kept node's K/V sit (levels 1..k-1 were fed)
         self._round = (list(batch), draft, keep_rows, (k - 1) * w)
+        self._predicted = float(probs[:, :n].sum())
         return draft
 
     def rollback(self, num_accepted):
@@ -120,16 +133,17 @@ class DraftTreeProposer(DraftModelProposer):
         self.cache.keep_path(paths)
         for b, path in enumerate(paths):
             self.cache.advance(b, len(path))
+        self.calibration.observe(sum(num_accepted), self._predicted)
         self._committed = self._round = None
 
 
 @register("draft")
-def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
+def _build(target, spec, draft_model=None, rows=1, max_len=1024, tree_cost=None, **_):
     if draft_model is None:
         raise ConfigError("method 'draft' needs a draft model (--draft DIR)")
     if draft_model.config.vocab_size != target.config.vocab_size:
         raise ConfigError(f"draft vocabulary ({draft_model.config.vocab_size}) differs from the "
                           f"target's ({target.config.vocab_size})")
     if spec.tree:
-        return DraftTreeProposer(draft_model, rows, max_len, budget=spec.tree)
+        return DraftTreeProposer(draft_model, rows, max_len, budget=spec.tree, cost=tree_cost)
     return DraftModelProposer(draft_model, rows, max_len)

@@ -3,7 +3,7 @@
 Extensions over the OpenAI API:
 - `top_k` (int, 0 = off), `ignore_eos` and `return_token_ids` on both endpoints;
 - `speculative`: {"method": "draft" | "none" | ..., "k": int | "auto" | "heuristic",
-  "tree": int | "off"} per request;
+  "tree": int | "auto" | "off"} per request;
 - `usage.accepted_tokens`, `usage.draft_tokens`, `usage.mean_acceptance_length`.
 
 Types are strict (a string is not an int), so malformed requests fail validation and the
@@ -33,7 +33,7 @@ class SpeculativeOptions(_Req):
     """Per-request speculation. Omitted fields fall back to the server's defaults."""
     method: StrictStr | None = None
     k: StrictInt | Literal["auto", "heuristic"] | None = None
-    tree: StrictInt | Literal["off"] | None = None     # a token tree's node budget (method draft)
+    tree: StrictInt | Literal["off", "auto"] | None = None     # a token tree's node budget (docs/trees.md)
 
 
 class StreamOptions(_Req):

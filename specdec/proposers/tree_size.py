@@ -1,0 +1,50 @@
+"""`--tree auto`: how many of the drafted nodes a round's tree keeps, from costs and confidence.
+
+A node is accepted only if its whole path is; the draft's path probability (the product of
+its tokens' draft probabilities) estimates that chance (EAGLE-2's observation: a draft's
+confidence tracks acceptance). Keeping the N most confident nodes of every row is then
+expected to emit
+
+    gain(N) = B + c * sum over rows of the N largest path probabilities
+
+tokens (the B recovered or bonus tokens, plus the accepted nodes), for a verify forward of
+N + 1 positions per row that costs t(B, N + 1), the target's measured forward time
+(costs/profiling.py, timed by build.make_engine above the engine). The round keeps the N
+with the most tokens per second of verification. The draft's cost is already spent when N is
+chosen, so it does not enter. c calibrates the draft's confidence to what verification
+accepts: the ratio of accepted nodes to predicted ones over recent rounds. At a large batch
+t grows with N and the chosen tree shrinks towards a few nodes per row.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+AUTO_NODES = 32      # nodes drafted when the size is chosen per round; on this project's CPU the
+                     # verify forward at 33 positions already costs about 2x one at 9 (decode_cost)
+CALIBRATION_DECAY = 0.95   # the calibration's memory: about the last 20 rounds
+
+
+def best_size(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], float]) -> int:
+    """path_probs (B, W): each row's node path probabilities, largest first; c: the
+    calibration; cost(b, q): seconds of a target forward of b rows x q positions -> N in 1..W."""
+    B, W = path_probs.shape
+    gain = B + c * path_probs.sum(0).cumsum(0)                                        # (W,) N = 1..W
+    seconds = torch.tensor([cost(B, n + 1) for n in range(1, W + 1)], dtype=gain.dtype)
+    return int(torch.argmax(gain / seconds.clamp_min(1e-9))) + 1
+
+
+class Calibration:
+    """c = accepted nodes / predicted nodes (sums of path probabilities), over recent rounds."""
+
+    def __init__(self):
+        self.accepted, self.predicted = 1.0, 1.0        # a prior of one round at c = 1
+
+    @property
+    def c(self) -> float:
+        return self.accepted / self.predicted
+
+    def observe(self, accepted: float, predicted: float) -> None:
+        self.accepted = CALIBRATION_DECAY * self.accepted + accepted
+        self.predicted = CALIBRATION_DECAY * self.predicted + predicted

@@ -1,0 +1,49 @@
+"""`--tree auto`: the kept size follows the costs and the draft's confidence, and stays exact."""
+import pytest
+import torch
+
+from specdec.build import Models, make_engine
+from specdec.config import EngineConfig, SamplingParams, SpecConfig
+from specdec.errors import ConfigError
+from specdec.proposers.tree_size import Calibration, best_size
+from tests.conftest import perturbed, random_prompts
+
+PROBS = torch.tensor([[0.9, 0.6, 0.3, 0.1, 0.05, 0.01]])     # one row's path probabilities, sorted
+
+
+def test_flat_costs_keep_every_confident_node_and_steep_costs_few():
+    flat = lambda b, q: 1.0                                   # noqa: E731  memory-bound: positions are free
+    assert best_size(PROBS, 1.0, flat) == 6
+    steep = lambda b, q: float(q)                             # noqa: E731  compute-bound: each position costs
+    assert best_size(PROBS, 1.0, steep) == 1                  # (1 + .9) / 2 beats (1 + 1.5) / 3
+    knee = lambda b, q: 1.0 if q <= 4 else 3.0                # noqa: E731  a cliff past 3 nodes
+    assert best_size(PROBS, 1.0, knee) == 3
+    assert best_size(PROBS, 0.0, steep) == 1                  # a draft never accepted: the smallest tree
+
+
+def test_a_bigger_batch_keeps_fewer_nodes():
+    probs = PROBS.expand(16, -1)
+    cost = lambda b, q: 1.0 + 0.02 * b * q                    # noqa: E731  weights once, then per row-position
+    assert best_size(probs[:1], 1.0, cost) > best_size(probs, 1.0, cost)
+
+
+def test_calibration_tracks_the_accepted_share():
+    cal = Calibration()
+    for _ in range(200):
+        cal.observe(accepted=1.0, predicted=2.0)
+    assert cal.c == pytest.approx(0.5, abs=0.01)
+
+
+def test_auto_trees_are_exact_and_vary_in_size(tiny_target):
+    draft = perturbed(tiny_target, 0.05, seed=3)
+    prompts = random_prompts(40, seed=21)
+    params = SamplingParams(max_new_tokens=16, ignore_eos=True)
+    models = Models(tiny_target, None, draft)
+    plain = make_engine(Models(tiny_target, None, None), SpecConfig(method="none", k=0),
+                        EngineConfig(max_batch=4, max_model_len=128))
+    auto = make_engine(models, SpecConfig(method="draft", k=4, tree="auto"), EngineConfig(max_batch=4, max_model_len=128))
+    assert [s.output_ids for s in auto.generate(prompts, params)] == \
+        [s.output_ids for s in plain.generate(prompts, params)]
+    assert auto.metrics.tree_rounds > 0 and auto.metrics.tree_nodes > 0
+    with pytest.raises(ConfigError, match="auto"):
+        SpecConfig(method="ngram", k=4, tree="auto")
