@@ -41,19 +41,21 @@ SEED = 1234        # request i is seeded SEED + i, so every method and repeat sa
 
 
 def parse_method(label: str, k):
-    """'draft' -> (draft, k, 0); 'draft@6' -> (draft, 6, 0); 'tree16@4' -> (draft, 4, 16)."""
+    """'draft' -> (draft, k, 0); 'draft@6' -> (draft, 6, 0); 'tree16@4' -> (draft, 4, 16);
+    'treeauto@4' -> (draft, 4, "auto")."""
     name, _, own_k = label.partition("@")
     k = _k(own_k) if own_k else k
     if name.startswith("tree"):
-        return "draft", k, int(name[4:])
+        return "draft", k, "auto" if name[4:] == "auto" else int(name[4:])
     return name, k, 0
 
 
-def run_once(models, label: str, k, prompts, new_tokens: int, options: dict, mode=("greedy", 0.0, "standard")) -> dict:
+def run_once(models, label: str, k, prompts, new_tokens: int, options: dict, mode=("greedy", 0.0, "standard"),
+             batch: int = 1) -> dict:
     method, k, tree = parse_method(label, k)
     spec = SpecConfig(method=method, k=0 if method == "none" else k, options=options, tree=tree)
     longest = max(len(p) for p in prompts) + new_tokens + 1
-    cfg = EngineConfig(max_batch=1, max_model_len=min(longest, models.target.config.max_position_embeddings))
+    cfg = EngineConfig(max_batch=batch, max_model_len=min(longest, models.target.config.max_position_embeddings))
     draft = models.draft if method in ("draft", "auto") else None
     eng = make_engine(Models(models.target, models.tokenizer, draft), spec, cfg)
     _, temperature, coupling = mode
@@ -72,13 +74,13 @@ def run_once(models, label: str, k, prompts, new_tokens: int, options: dict, mod
     return out
 
 
-def bench_workload(models, name: str, prompts, methods, k, new_tokens, repeats, options, mode) -> dict:
+def bench_workload(models, name: str, prompts, methods, k, new_tokens, repeats, options, mode, batch=1) -> dict:
     runs = {m: [] for m in methods}
     for m in methods:                        # untimed warm-up: kernels, caches, calibration
-        run_once(models, m, k, prompts[:1], min(8, new_tokens), options, mode)
+        run_once(models, m, k, prompts[:batch], min(8, new_tokens), options, mode, batch)
     for r in range(repeats):
         for m in (methods if r % 2 == 0 else list(reversed(methods))):
-            runs[m].append(run_once(models, m, k, prompts, new_tokens, options, mode))
+            runs[m].append(run_once(models, m, k, prompts, new_tokens, options, mode, batch))
     exact = mode[1] == 0 or mode[2] == "invariant"      # rows that must equal plain's tokens
     plain = runs["none"]
     res = {}
@@ -98,7 +100,7 @@ def bench_workload(models, name: str, prompts, methods, k, new_tokens, repeats, 
 
 def markdown(results: dict, meta: dict) -> str:
     lines = [f"k = {meta['k']}, {meta['n']} prompts per workload, {meta['new_tokens']} new tokens each, "
-             f"batch 1, {meta['threads']} threads, median of {meta['repeats']} repeats; {meta['cpu']}. "
+             f"batch {meta.get('batch', 1)}, {meta['threads']} threads, median of {meta['repeats']} repeats; {meta['cpu']}. "
              f"repetition: share of output tokens that repeat an earlier {NGRAM}-gram (* above {FLAG:.0%}: "
              "the row measures self-repetition).", "",
              "| workload | sampling | method | acceptance | mean acc. length | tokens/s | speed-up | repetition | = plain |",
@@ -147,6 +149,7 @@ def main(argv=None) -> int:
     p.add_argument("--layerskip-layers", type=int, help="default: measured on the target")
     p.add_argument("--temperatures", default="", help="sampled modes beside greedy, e.g. 0.7,1")
     p.add_argument("--couplings", default="standard,invariant", help="couplings of each sampled mode")
+    p.add_argument("--batch", type=int, default=1, help="requests decoded together (give --n >= it)")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 prompt, 16 new tokens, 1 repeat")
     a = p.parse_args(argv)
     if a.quick:
@@ -166,9 +169,10 @@ def main(argv=None) -> int:
         prompts = load_workload(w, models.tokenizer, n=a.n, prompt_tokens=a.prompt_tokens)
         for mode in modes:
             key = f"{w} | {mode[0]}"
-            results[key] = bench_workload(models, w, prompts, methods, a.k, a.new_tokens, a.repeats, options, mode)
+            results[key] = bench_workload(models, w, prompts, methods, a.k, a.new_tokens, a.repeats, options, mode,
+                                          a.batch)
             print(f"{key}: " + ", ".join(f"{m} {r['speedup']:.2f}x" for m, r in results[key].items()), flush=True)
-    meta = {"k": a.k, "n": a.n, "new_tokens": a.new_tokens, "repeats": a.repeats, "threads": a.threads,
+    meta = {"k": a.k, "n": a.n, "batch": a.batch, "new_tokens": a.new_tokens, "repeats": a.repeats, "threads": a.threads,
             "prompt_tokens": a.prompt_tokens, "target": str(models.target_path), "draft": str(models.draft_path),
             "torch": torch.__version__, "machine": platform.machine(), "cpu": _cpu_name(), "quick": a.quick,
             "command": "python benchmarks/proposers.py " + " ".join(sys.argv[1:] if argv is None else argv)}
