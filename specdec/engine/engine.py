@@ -164,7 +164,7 @@ class Engine:
             accepted = [0] * B
         elif draft.parents is not None:                    # a tree: the accepted branch per row
             paths, next_ids = verify_tree(logits, target_argmax, draft, draft_rows, sampling)
-            accepted = [len(path) for path in paths]
+            accepted, draft.paths = [len(path) for path in paths], paths
         else:
             accepted, next_ids, beta = verify_round(logits, target_argmax, draft, draft_rows, num_draft,
                                                     sampling, chosen, self.policy.wants_accept_prob, native)

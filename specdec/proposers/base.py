@@ -32,6 +32,8 @@ class Draft:
     lengths: list[int] | None = None     # valid tokens per row; None = k for every row
     parents: list[list[int]] | None = None  # (B, n) a token tree's node parents (-1: the root,
                                             # the pending token), earlier nodes first; None: a chain
+    paths: list[list[int]] | None = None    # a tree's accepted branch per row (node indices), set
+                                            # by the engine after verification, before rollback()
 
     def num_tokens(self) -> list[int]:
         B, k = self.tokens.shape

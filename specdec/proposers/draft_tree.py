@@ -11,8 +11,13 @@ nodes always include their ancestors.
 
 Each level is one draft forward over the level's nodes with tree attention (models/tree.py),
 so a tree costs k draft forwards, as a chain of k does, each over `width` inputs instead of
-one. Nodes are chosen deterministically, so verification treats them as one-hot (q = None):
-lossless at any temperature (verify/tree.py). Rollback keeps the accepted branch's K/V in the
+one. Greedy nodes are chosen deterministically, so verification treats them as one-hot
+(q = None). Sampled rows draw instead: the root gets `width` children drawn independently
+from the draft's q, and each continues as a chain drawn from q (budget / k chains; `auto`:
+2), with every node's q kept for verification, which is lossless either way (verify/tree.py).
+A deterministic top-w tree at temperature 1 accepted a node with probability p(x), where a
+drawn one is accepted with min(1, p(x)/q(x)): on flat distributions the tree lost
+(docs/trees.md). Rollback keeps the accepted branch's K/V in the
 draft's cache (moved to consecutive slots) and drops the other nodes.
 Batches with penalties, coupled rows or top-k/top-p filters draft a chain instead.
 """
@@ -26,7 +31,7 @@ import torch
 from ..batch import Batch
 from ..models.tree import MAX_TREE, TreeAttention, bits_tensor
 from ..errors import ConfigError
-from ..verify.tree import children
+from ..verify.sampling import sample
 from .base import Draft, register
 from .draft_model import DraftModelProposer
 from .tree_size import AUTO_NODES, Calibration, best_size
@@ -59,8 +64,13 @@ class DraftTreeProposer(DraftModelProposer):
     @torch.inference_mode()
     def _tree(self, batch: Batch, k: int) -> Draft:
         B, dev, V = len(batch), self.model.device, self.model.config.vocab_size
-        auto = self.budget == "auto"
-        w = min(tree_width(AUTO_NODES if auto else self.budget, k), V)
+        auto, s = self.budget == "auto", batch.sampling
+        sampled = not s.all_argmax           # temperature-only rows: w chains drawn from q (below)
+        if sampled:
+            w = 2 if auto else max(2, min(self.budget // k, MAX_TREE // k))
+        else:
+            w = min(tree_width(AUTO_NODES if auto else self.budget, k), V)
+        temp = s.temperature.to(dev)[:, None] if sampled else None                         # (B, 1)
         # 1. Feed what the draft has not seen; its last output scores the root's children.
         lens = self.cache.lengths
         feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(batch)]
@@ -74,8 +84,15 @@ class DraftTreeProposer(DraftModelProposer):
         self._advance([len(f) for f in feeds])
         base = torch.tensor(self.cache.lengths[:B], device=dev)                            # (B,) node 0's slot
         self._committed = self.cache.lengths[:B]
-        # 2. Level 1: the root's best children. Then each level extends the previous one.
-        score, tok = logp.topk(w, -1)                                                      # (B, w)
+        # 2. Level 1: the root's best children (sampled rows: w draws from q). Then each
+        #    level extends the previous one.
+        qs = []
+        if sampled:
+            q = torch.softmax(logits[torch.arange(B), last].float() / temp, -1)            # (B, V)
+            tok = sample(q.repeat_interleave(w, 0), s.uniforms(w).view(-1)).view(B, w)
+            score, qs = torch.zeros(B, w, device=dev), [q[:, None].expand(B, w, V)]
+        else:
+            score, tok = logp.topk(w, -1)                                                  # (B, w)
         toks, scores, parents = [tok], [score], [torch.full((B, w), -1, device=dev)]
         anc = [[1 << i for i in range(w)] for _ in range(B)]                               # per node, host ints
         for level in range(1, k):
@@ -84,10 +101,16 @@ class DraftTreeProposer(DraftModelProposer):
                                  bits_tensor([a[idx0:idx0 + w] for a in anc]), base)
             pos = (base - 1 + level)[:, None].expand(B, w)
             out = self.model(toks[-1], pos, self.cache, num_layers=self.num_layers, tree=tree)  # (B, w, V)
-            cand = scores[-1][:, :, None] + torch.log_softmax(out.float(), -1)             # (B, w, V)
-            score, flat = cand.view(B, -1).topk(w, -1)                                     # (B, w)
-            par = flat // V + idx0                                                         # node indices
-            toks.append(flat % V)
+            if sampled:        # each chain's next token, drawn from q after it
+                q = torch.softmax(out.float() / temp[:, :, None], -1)                      # (B, w, V)
+                tok = sample(q.view(B * w, V), s.uniforms(w).view(-1)).view(B, w)
+                score, par = scores[-1] - level, idx0 + torch.arange(w, device=dev).expand(B, w)
+                qs.append(q)
+            else:
+                cand = scores[-1][:, :, None] + torch.log_softmax(out.float(), -1)         # (B, w, V)
+                score, flat = cand.view(B, -1).topk(w, -1)                                 # (B, w)
+                par, tok = flat // V + idx0, flat % V                                      # node indices
+            toks.append(tok)
             scores.append(score)
             parents.append(par)
             for b, row in enumerate(par.tolist()):
@@ -95,7 +118,7 @@ class DraftTreeProposer(DraftModelProposer):
         # 3. Keep the budget's best nodes (ties: the earlier node), in node order.
         all_scores = torch.cat(scores, 1)                                                  # (B, w k)
         probs = all_scores.exp().sort(-1, descending=True).values                          # (B, w k)
-        n = (best_size(probs, self.calibration.c, self.cost) if auto
+        n = (all_scores.shape[1] if sampled else best_size(probs, self.calibration.c, self.cost) if auto
              else min(self.budget, all_scores.shape[1]))
         order = torch.arange(all_scores.shape[1], device=dev).expand(B, -1)
         rank = torch.argsort(torch.argsort(-all_scores, dim=-1, stable=True), dim=-1)            # (B, w k)
@@ -106,10 +129,11 @@ class DraftTreeProposer(DraftModelProposer):
         for kb, pb in zip(keep_rows, all_par.gather(1, keep).tolist()):
             new_index = {old: i for i, old in enumerate(kb)}
             par_rows.append([new_index[p] if p >= 0 else -1 for p in pb])
-        draft = Draft(tokens=kept_toks, probs=None, parents=par_rows)
+        q_kept = torch.cat(qs, 1).gather(1, keep[:, :, None].expand(B, n, V)) if sampled else None  # (B, n, V)
+        draft = Draft(tokens=kept_toks, probs=q_kept, parents=par_rows)
         # for rollback: the rows, and where each kept node's K/V sit (levels 1..k-1 were fed)
-        self._round = (list(batch), draft, keep_rows, (k - 1) * w)
-        self._predicted = float(probs[:, :n].sum())
+        self._round = (draft, keep_rows, (k - 1) * w)
+        self._predicted = None if sampled else float(probs[:, :n].sum())
         return draft
 
     def rollback(self, num_accepted):
@@ -118,22 +142,20 @@ class DraftTreeProposer(DraftModelProposer):
         the next round feeds only what was never fed (the branch's last level, the new token)."""
         if self._committed is None or not self._was_tree:
             return super().rollback(num_accepted)
-        seqs, draft, keep_rows, fed = self._round
+        draft, keep_rows, fed = self._round
         paths = []
         for b, n in enumerate(num_accepted):
-            toks, kids = draft.tokens[b].tolist(), children(draft.parents[b])
-            start = self._committed[b]
-            cur, path = -1, []
-            for t in seqs[b].token_ids[start:start + n]:      # the accepted tokens, in order
-                cur = next(j for j in kids.get(cur, ()) if toks[j] == t)
-                if keep_rows[b][cur] >= fed:                    # never fed: the draft has no K/V
+            path = []
+            for node in (draft.paths[b] if draft.paths is not None else [])[:n]:   # verification's branch
+                if keep_rows[b][node] >= fed:                   # never fed: the draft has no K/V
                     break
-                path.append(keep_rows[b][cur])
+                path.append(keep_rows[b][node])
             paths.append(path)
         self.cache.keep_path(paths)
         for b, path in enumerate(paths):
             self.cache.advance(b, len(path))
-        self.calibration.observe(sum(num_accepted), self._predicted)
+        if self._predicted is not None:
+            self.calibration.observe(sum(num_accepted), self._predicted)
         self._committed = self._round = None
 
 
