@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import torch
@@ -66,7 +67,7 @@ def main(argv=None) -> None:
         g, s = r["repetition_greedy"], r["repetition_T=0.8"]
         md.append(f"| {r['model']} | {r['perplexity_code']:.2f} | {r['perplexity_prose']:.1f} | "
                   f"{g['median']:.2f} / {g['mean']:.2f} | {s['median']:.2f} / {s['mean']:.2f} |")
-    cmd = "python benchmarks/model_quality.py " + " ".join(argv or [])
+    cmd = "python benchmarks/model_quality.py " + " ".join(sys.argv[1:] if argv is None else argv)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "quality.json").write_text(json.dumps({"command": cmd, "rows": rows}, indent=1))
     (a.out / "quality.md").write_text(f"{a.n} held-out code prompts of {a.prompt_tokens} tokens, {a.new_tokens} "
