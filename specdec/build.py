@@ -88,9 +88,6 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
     return Models(t, tok, d, Path(target), Path(draft) if draft else None)
 
 
-TREE_METHODS = ("draft", "ngram")   # proposers that draft token trees (docs/trees.md)
-
-
 def spec_config(method: str | None, k: int | str, k_max: int, has_draft: bool,
                 options: Mapping[str, object], tree: int = 0) -> SpecConfig:
     """The SpecConfig for the loaded models, by the one rule the CLI and the API share: the
@@ -103,8 +100,6 @@ def spec_config(method: str | None, k: int | str, k_max: int, has_draft: bool,
         k = 0
     if isinstance(k, int) and not isinstance(k, bool) and isinstance(k_max, int):
         k_max = max(k_max, k)
-    if tree and method not in TREE_METHODS:
-        raise ConfigError(f"--tree needs method {' or '.join(TREE_METHODS)}, got {method!r}")
     return SpecConfig(method=method, k=k, k_max=k_max, options={"ngram_min": NGRAM_MIN, "ngram_max": NGRAM_MAX,
                                                                 **options}, tree=tree)
 

@@ -7,6 +7,7 @@ from .errors import ConfigError
 
 K_MAX = 16
 MAX_TREE_NODES = 63   # a tree's root and nodes fit one 64-bit ancestor mask (models/tree.py)
+TREE_METHODS = ("draft", "ngram")   # proposers that draft token trees (docs/trees.md)
 
 
 # the range torch.Generator.manual_seed accepts (a signed or unsigned 64-bit integer)
@@ -208,6 +209,8 @@ class SpecConfig:
                                     or not (self.tree == 0 or 2 <= self.tree <= MAX_TREE_NODES)):
             raise ConfigError(f"tree must be 0 (a chain), a node budget in 2..{MAX_TREE_NODES} or 'auto', "
                               f"got {self.tree!r}")
+        if self.tree and self.method not in TREE_METHODS:
+            raise ConfigError(f"a token tree needs method {' or '.join(TREE_METHODS)}, got {self.method!r}")
         if self.tree == "auto" and self.method != "draft":
             raise ConfigError(f"tree 'auto' sizes the draft model's trees (method draft), got method {self.method!r}")
         if self.tree and not isinstance(self.k, int):

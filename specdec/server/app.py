@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import EngineConfig, SamplingParams, SpecConfig
-from ..build import TREE_METHODS, Models
+from ..build import Models
 from ..engine.validation import check_params
 from ..errors import ConfigError, PromptError
 from ..proposers import available as available_methods
@@ -191,8 +191,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             raise HTTPError(400, "per-request speculation is turned off on this server "
                                  "(--no-allow-request-speculation)", param="speculative")
         opts = req.speculative or P.SpeculativeOptions()
-        method = opts.method or cfg.spec.method
-        k = cfg.spec.k if opts.k is None else opts.k
+        method, k = opts.method or cfg.spec.method, cfg.spec.k if opts.k is None else opts.k
         if opts.method is not None and opts.k is None and k == 0 and method != "none":   # asked, k left open
             k = "auto"
         tree = cfg.spec.tree if opts.tree is None else 0 if opts.tree == "off" else opts.tree
@@ -204,9 +203,6 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         if method == "draft" and models.draft is None:
             raise HTTPError(400, "speculative method 'draft' needs a draft model; start the server "
                                  "with --draft DIR", param="speculative.method")
-        if tree and method not in TREE_METHODS:
-            raise HTTPError(400, f"a token tree needs speculative method {' or '.join(TREE_METHODS)}, "
-                                 f"got {method!r}", param="speculative.tree")
         try:
             SpecConfig(method=method, k=k, k_max=cfg.spec.k_max, tree=tree)
         except ConfigError as e:
