@@ -9,7 +9,7 @@ from specdec.verify.rejection import rejection_verify
 from specdec.verify.tree import tree_greedy, tree_rejection
 
 V = 5
-N = 12000
+N = 8000
 
 
 def _dist(*xs):
