@@ -170,11 +170,11 @@ class Engine:
                                                     sampling, chosen, self.policy.wants_accept_prob, native)
         # 6. Commit: advance the cache past the accepted drafts and the new token (the
         #    rejected drafts' entries stay beyond the row's length, masked: the rollback),
-        #    append the tokens, check stop conditions. A tree's accepted branch is first moved
-        #    to the slots a chain would have filled (nothing moves for a chain).
+        #    append the tokens, check stop conditions. A tree's branch first moves to chain slots.
         paths = paths or [list(range(n)) for n in accepted]
         inputs = [[0] + [j + 1 for j in path] for path in paths]      # the block inputs kept, per row
-        self.cache.keep_path(inputs)
+        if draft.parents is not None:                      # a chain's branch is already in place
+            self.cache.keep_path(inputs)
         emitted = [[draft_rows[b][j] for j in paths[b]] + [next_ids[b]] for b in range(B)]
         tops = [s.params.logprobs for s in batch]
         lps = emitted_logprobs(logits, emitted, tops, inputs) if any(t is not None for t in tops) else [None] * B

@@ -41,14 +41,9 @@ class DraftModelProposer(Proposer):
     @torch.inference_mode()
     def propose(self, context: Batch, k: int) -> Draft:
         B, dev = len(context), self.model.device
-        lens = self.cache.lengths
-        feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]          # 1-2 (more after k = 0)
+        feeds, tokens, positions, last = self._unseen(context)
         self._committed = [len(seq.token_ids) for seq in context]
-        T = max(len(f) for f in feeds)
-        tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)
-        last = torch.tensor([len(f) - 1 for f in feeds], device=dev)
-        start = torch.tensor(lens[:B], device=dev)
-        positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
+        start, T = torch.tensor(self.cache.lengths[:B], device=dev), tokens.shape[1]
         pos = start + last + 1                                          # (B,) where draft 1 feeds
         s = context.sampling
         native = getattr(self.model, "native", None)
@@ -102,6 +97,17 @@ class DraftModelProposer(Proposer):
         tokens = torch.stack(out, 1) if out else torch.zeros(B, 0, dtype=torch.long, device=dev)
         probs = torch.stack(qs, 1) if qs else None                                     # (B, k, V)
         return Draft(tokens=tokens, probs=probs)
+
+    def _unseen(self, context: Batch):
+        """What each row's cache has not seen (1-2 tokens, more after k = 0), as one block:
+        (feeds, tokens (B, T) zero-padded, positions (B, T), last (B,): each feed's last index)."""
+        dev, lens = self.model.device, self.cache.lengths
+        feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]
+        T = max(len(f) for f in feeds)
+        tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)
+        start = torch.tensor(lens[:len(context)], device=dev)
+        positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
+        return feeds, tokens, positions, torch.tensor([len(f) - 1 for f in feeds], device=dev)
 
     def _advance(self, counts: list[int]) -> None:
         """Row b's cache grew by counts[b] tokens."""

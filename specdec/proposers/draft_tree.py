@@ -72,14 +72,8 @@ class DraftTreeProposer(DraftModelProposer):
             w = min(tree_width(AUTO_NODES if auto else self.budget, k), V)
         temp = s.temperature.to(dev)[:, None] if sampled else None                         # (B, 1)
         # 1. Feed what the draft has not seen; its last output scores the root's children.
-        lens = self.cache.lengths
-        feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(batch)]
-        T = max(len(f) for f in feeds)
-        tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)
-        start = torch.tensor(lens[:B], device=dev)
-        positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
+        feeds, tokens, positions, last = self._unseen(batch)
         logits = self.model(tokens, positions, self.cache, num_layers=self.num_layers)     # (B, T, V)
-        last = torch.tensor([len(f) - 1 for f in feeds], device=dev)
         logp = torch.log_softmax(logits[torch.arange(B), last].float(), -1)                # (B, V)
         self._advance([len(f) for f in feeds])
         base = torch.tensor(self.cache.lengths[:B], device=dev)                            # (B,) node 0's slot
