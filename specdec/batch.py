@@ -1,4 +1,5 @@
-"""The running batch, as the engine hands it to proposers and k policies."""
+"""The running batch, as the engine hands it to proposers and k policies, and how admitted
+prompts are grouped into prefill forwards."""
 from __future__ import annotations
 
 
@@ -11,3 +12,22 @@ class Batch(list):
         super().__init__(seqs)
         self.sampling = sampling
         self.draining = draining
+
+
+PREFILL_TOKENS = 512   # positions per batched prefill forward: its logits are (rows x length, V), so
+                       # 512 keeps them to what one 512-token prompt needs alone, and a run of short
+                       # prompts (5 tokens: 102 rows) pays one call's overhead instead of 102
+                       # (the 20,000-request law tests: admission was 2/3 of their time)
+
+
+def prompt_runs(lengths: list[int]) -> list[tuple[int, int]]:
+    """[i, j) ranges of neighbours with equal prompt lengths, each of at most PREFILL_TOKENS
+    positions (one row at least)."""
+    runs, i = [], 0
+    while i < len(lengths):
+        j, rows = i + 1, max(1, PREFILL_TOKENS // max(1, lengths[i]))
+        while j < len(lengths) and lengths[j] == lengths[i] and j - i < rows:
+            j += 1
+        runs.append((i, j))
+        i = j
+    return runs

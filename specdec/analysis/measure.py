@@ -33,6 +33,7 @@ from .extend import extend_wide
 from .interval import bootstrap, half_width, stretches
 from .predict import fit_alpha
 from .repetition import repetition_fraction
+from .trees import TREE, TreeSide, tree_specs
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Plan:
     groups: int = 3                   # repeats per cell (each on different prompts)
     max_new_tokens: int = 32
     warmup_tokens: int = 6
+    tree: int | str = 0               # a node budget or "auto": batch-1 blocks also decode trees (trees.py)
 
     def blocks(self) -> dict[tuple[str, int, float], list[int]]:
         """(workload, batch, temperature) -> sorted ks."""
@@ -138,7 +140,8 @@ def lockstep_runs(models: Models, specs: dict, prompts: list[list[int]], params:
         out[name] = Run(n / dt if dt > 0 else 0.0, n, dt, statistics.median(times[name]) if times[name] else 0.0,
                         [s.output_ids for s in seqs[name]], [s.stats for s in seqs[name]],
                         {"k_hist": dict(m.k_hist), "acceptance_rate": m.acceptance_rate,
-                         "mean_acceptance_length": m.mean_acceptance_length}, steps[name])
+                         "mean_acceptance_length": m.mean_acceptance_length,
+                         "branch_accepts": m.branch_accepts}, steps[name])
     return out
 
 
@@ -162,6 +165,7 @@ class CellResult:
     context: list = field(default_factory=list)      # mean cache length while decoding, per group
     extra_groups: int = 0                            # groups added because the interval was wide
     coupled: tuple | None = None     # ((accepted, draft lengths) standard, the same invariant): same prompts
+    tree: TreeSide | None = None     # the token tree of depth k beside this chain (trees.py)
 
     def add(self, plain: Run, spec: Run, context: float = 0.0) -> None:
         self.units += stretches(plain.steps, spec.steps)
@@ -219,6 +223,7 @@ class CellResult:
             "identical_to_plain": self.identical, "extra_groups": self.extra_groups,
             "couplings": None if self.coupled is None else {
                 "standard": coupling_entry(c.k, *self.coupled[0]), "invariant": coupling_entry(c.k, *self.coupled[1])},
+            "tree": None if self.tree is None else self.tree.as_dict(),
         }
 
 
@@ -244,7 +249,7 @@ def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
         ks, prompts = blocks[block], plan.prompts[w]
         longest = max(len(p) for p in prompts)
         max_len = min(longest + plan.max_new_tokens + 8, models.target.config.max_position_embeddings)
-        specs = {k: spec_for_k(k) for k in [0] + ks}
+        specs = {k: spec_for_k(k) for k in [0] + ks} | (tree_specs(spec_for_k, ks, plan.tree) if b == 1 else {})
         if b not in warmed:  # first calls at a new batch shape pay one-off costs
             wp = [SamplingParams(max_new_tokens=plan.warmup_tokens, ignore_eos=True)] * b
             lockstep_runs(models, specs, _group_prompts(prompts, 0, b), wp, max_len, device)
@@ -260,6 +265,9 @@ def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
             cell = Cell(w, k, b, temp)
             results.setdefault(cell, CellResult(cell)).add(runs[0], runs[k], context)
             results[cell].extra_groups += g >= plan.groups
+            if (TREE, k) in runs:
+                results[cell].tree = results[cell].tree or TreeSide(plan.tree)
+                results[cell].tree.add(runs[TREE, k], runs[k], greedy=temp == 0)
         if temp > 0 and b == 1 and g < COUPLED_GROUPS:   # the same prompts and seeds, invariant
             inv = coupled_pass(lockstep_runs, models, {k: specs[k] for k in ks}, group, params, max_len, device)
             for k in ks:

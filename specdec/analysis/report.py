@@ -17,6 +17,7 @@ from .render import to_html, to_markdown
 from .repetition import FLAG, NGRAM
 from .samples import sample_blocks
 from .summarize import measured
+from .trees import tree_blocks
 
 CAPTIONS = {
     "speedup_vs_alpha": "Speed-up against acceptance α at batch 1: theory curves for k = 1..8 using the "
@@ -150,6 +151,7 @@ def build_blocks(summary: dict, meta: dict) -> list:
              _f(c["pred_iid"], "{:.2f}×"), _f(c["pred_positional"], "{:.2f}×"), _f(c["pred_forward"], "{:.2f}×"),
              _rep(c), {True: "yes", False: "NO", None: "n/a"}[c["identical_to_plain"]]] for c in cells])]
     B += coupling_blocks(cells)
+    B += tree_blocks(cells)
     tab = summary["cost_table"]
     t11 = tab["t_s"][0][0]
     B += [("h", 2, "Costs"),

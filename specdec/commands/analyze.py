@@ -15,7 +15,7 @@ from ..analysis.remote import add_remote_args
 from ..analysis.settings import FULL, QUICK, grid_settings
 from ..analysis.workloads import ANALYSIS_WORKLOADS, load_workload, long_prompt_tokens
 from ..errors import ConfigError
-from .common import add_load_args, load_kwargs, add_method_args, spec_from_args
+from .common import parse_tree, add_load_args, load_kwargs, add_method_args, spec_from_args
 
 
 def _list(kind):
@@ -40,8 +40,11 @@ def add_parser(sub) -> None:
     src.add_argument("--workload", choices=list(ANALYSIS_WORKLOADS) + ["all"], default="all")
     src.add_argument("--prompts", type=Path, help="JSONL file, one {\"prompt\": ...} per line")
     add_load_args(p)
-    add_method_args(p, k_table=False, tree=False)  # --method and proposer options; --k is redefined below as a list
+    add_method_args(p, k_table=False, tree=False)  # --method and proposer options; --k and --tree below
     p.add_argument("--k", type=_list(int), help="draft lengths to measure, e.g. 1,2,4,8")
+    p.add_argument("--tree", type=parse_tree, default=0, metavar="N|auto|off",
+                   help="also decode a token tree of depth k (node budget N, or sized by the costs: auto) "
+                        "beside every batch-1 chain, and compare them (methods draft and ngram; default off)")
     p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
     p.add_argument("--temperatures", type=_list(float), help="e.g. 0,0.7,1,1.5 (the first is the base)")
     p.add_argument("--quick", action="store_true", help="small grid that finishes in about 4 minutes")
@@ -107,14 +110,14 @@ def run(args) -> int:
         long_tokens = long_prompt_tokens(models.target.config.max_position_embeddings, s["max_new_tokens"])
         prompts = _prompts(args, models.tokenizer, names, n, s["prompt_tokens"], long_tokens)
 
-        def spec_for_k(k: int):
-            ns = argparse.Namespace(**{**vars(args), "k": k, "method": "none" if k == 0 else spec.method})
+        def spec_for_k(k: int):   # a chain; trees are the session's (analysis/trees.py)
+            ns = argparse.Namespace(**{**vars(args), "k": k, "method": "none" if k == 0 else spec.method, "tree": 0})
             return spec_from_args(ns, has_draft=models.draft is not None)
 
         method = (f"the draft model `{models.draft_path.name}`" if spec.method == "draft"
                   else f"method `{spec.method}`")
         paths = analyze(models, prompts, spec_for_k, s, method, args.out, bars,
                         full=args.grid == "full", quick=args.quick, device=args.device,
-                        remeasure=not args.cached_costs, threads_fixed=args.threads is not None)
+                        remeasure=not args.cached_costs, threads_fixed=args.threads is not None, tree=spec.tree)
     print(f"wrote {paths['html']}, {paths['md']} and {paths['json']}")
     return 0

@@ -50,8 +50,8 @@ def add_method_args(p, k_table: bool = True, tree: bool = True) -> None:
                             "(its num_speculative_tokens_per_batch_size) or that mapping alone, as "
                             "`specdec analyze` writes it")
     p.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="largest k the adaptive policy may choose")
-    if tree:     # analyze and trace read chains of drafts (a tree round: benchmarks/tree_picture.py)
-        p.add_argument("--tree", type=_tree, default=0, metavar="N|auto|off",
+    if tree:     # trace reads chains of drafts (a tree round: benchmarks/tree_picture.py)
+        p.add_argument("--tree", type=parse_tree, default=0, metavar="N|auto|off",
                        help="draft a token tree of up to N nodes and depth --k per round instead of a chain "
                             "(methods draft and ngram, fixed k; greedy or temperature-only sampling; auto: the draft "
                             "model's tree, sized each round by the target's measured costs; default off)")
@@ -74,7 +74,7 @@ def spec_from_args(args, has_draft: bool) -> SpecConfig:
                        tree=getattr(args, "tree", 0))
 
 
-def _tree(text: str) -> int | str:
+def parse_tree(text: str) -> int | str:
     """--tree: 'off' (0), 'auto' or a node budget."""
     if text in ("off", "auto"):
         return 0 if text == "off" else text

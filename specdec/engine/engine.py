@@ -28,7 +28,8 @@ from ..models.tree import MAX_TREE, block_layout
 from ..proposers import create as create_proposer
 from ..proposers.base import Draft, Proposer
 from ..verify.coupling import CoupledNoise
-from ..verify.sampling import BatchSampling, sample
+from ..verify.sampling import BatchSampling
+from .admission import first_tokens, prefill
 from .logprobs import emitted_logprobs
 from .metrics import EngineMetrics
 from .policy import KPolicy, simple_policy
@@ -211,39 +212,34 @@ class Engine:
 
     # ---- admission and retirement ------------------------------------------------------------
     def _admit(self) -> list[Sequence]:
-        admitted = []
-        while self.waiting and len(self.running) < self.config.max_batch:
-            seq = self.waiting.popleft()
-            row = len(self.running)
-            seq.row, seq.status = row, Status.RUNNING
-            self._prefill(seq, row)
-            admitted.append(seq)
+        """Prefill waiting requests into free rows (admission.py); a request finished by its
+        first token leaves at once, and the others close up to keep rows [0, n)."""
+        free = min(len(self.waiting), self.config.max_batch - len(self.running))
+        seqs, base = [self.waiting.popleft() for _ in range(free)], len(self.running)
+        if not seqs:
+            return []
+        logits, forwards = prefill(self.target, self.cache, [s.token_ids for s in seqs], base, self.device)
+        self.metrics.target_forwards += forwards
+        live = []
+        for i, (seq, (first, lps)) in enumerate(zip(seqs, first_tokens(seqs, logits, self.device))):
+            seq.status = Status.RUNNING
+            seq.stats.target_forwards += 1
+            seq.append([first], lps)
+            self.metrics.generated_tokens += len(seq.new_tokens)
             if seq.finished:
                 self._finish(seq, seq.finish_reason)
+                self.cache.reset(base + i)
                 continue
-            self.running.append(seq)
-            self.proposer.start(row, seq)
-            self.policy.start(row, seq)
-            self._sampling = None
-        return admitted
-
-    def _prefill(self, seq: Sequence, row: int) -> None:
-        dev = self.device
-        ids = torch.tensor([seq.token_ids], dtype=torch.long, device=dev)               # (1, P)
-        pos = torch.arange(ids.shape[1], device=dev)[None]
-        self.cache.reset(row)
-        logits = self.target(ids, pos, self.cache.rows(row, row + 1))[:, -1:]           # (1, 1, V)
-        self.cache.advance(row, ids.shape[1])
-        s = BatchSampling([seq.params], [seq.generator], dev, [seq.noise], [seq])
-        if seq.params.greedy or seq.noise is not None:
-            first = s.scores(logits, [[len(seq.token_ids)]])[0, 0].argmax()
-        else:
-            first = sample(s.probs(logits)[:, 0], s.uniforms(1)[:, 0])[0]
-        seq.stats.target_forwards += 1
-        self.metrics.target_forwards += 1
-        lps = emitted_logprobs(logits, [[int(first)]], [seq.params.logprobs])[0]
-        seq.append([int(first)], lps)
-        self.metrics.generated_tokens += len(seq.new_tokens)
+            seq.row = base + len(live)
+            if seq.row != base + i:
+                self.cache.move_row(base + i, seq.row)
+            live.append(seq)
+        self.running += live
+        self.proposer.start_rows([s.row for s in live], live)
+        for seq in live:
+            self.policy.start(seq.row, seq)
+        self._sampling = None
+        return seqs
 
     def _finish(self, seq: Sequence, reason: str | None) -> None:
         seq.status, seq.finish_reason = Status.FINISHED, reason or seq.finish_reason

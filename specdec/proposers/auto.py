@@ -77,8 +77,15 @@ class AutoProposer(Proposer):
 
     # ---- lifecycle, forwarded to every sub-proposer ------------------------------------------
     def start(self, row, seq):
+        self.start_rows([row], [seq])
+
+    def start_rows(self, rows, seqs):
         for a in self.arms:
-            a.start(row, seq)
+            a.start_rows(rows, seqs)
+        for row, seq in zip(rows, seqs):
+            self._start_stats(row, seq)
+
+    def _start_stats(self, row, seq):
         st = _Stats(len(self.arms))
         mode = _mode(seq)
         self.row_mode[row] = mode

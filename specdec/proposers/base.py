@@ -57,6 +57,12 @@ class Proposer(ABC):
     def start(self, row: int, seq) -> None:
         """A request entered batch row `row` (its prompt is seq.token_ids)."""
 
+    def start_rows(self, rows: list[int], seqs: list) -> None:
+        """Requests entered consecutive batch rows together (one admission): `start` for each,
+        unless the proposer batches its own prefill."""
+        for row, seq in zip(rows, seqs):
+            self.start(row, seq)
+
     def finish(self, row: int) -> None:
         """The request in `row` left the batch."""
 

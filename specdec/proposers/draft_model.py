@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..verify.sampling import sample
-from ..batch import Batch
+from ..batch import Batch, prompt_runs
 from ..costs.key import CostKey
 from .base import Draft, Proposer
 
@@ -24,13 +24,26 @@ class DraftModelProposer(Proposer):
         self._committed: list[int] | None = None
 
     def start(self, row, seq):
-        ids = torch.tensor([seq.token_ids[:-1]], dtype=torch.long, device=self.model.device)
-        self.cache.reset(row)
-        if ids.shape[1]:
-            with torch.inference_mode():        # prefill into a one-row view of the cache
-                pos = torch.arange(ids.shape[1], device=ids.device)[None]
-                self.model(ids, pos, self.cache.rows(row, row + 1), num_layers=self.num_layers)
-            self.cache.advance(row, ids.shape[1])
+        self.start_rows([row], [seq])
+
+    def start_rows(self, rows, seqs):
+        """Prefill every prompt but its last token (the pending one) into the draft cache, one
+        forward per run of equal lengths (engine/admission.py); no logits are needed."""
+        if not rows:
+            return
+        prompts = [seq.token_ids[:-1] for seq in seqs]
+        with torch.inference_mode():
+            for i, j in prompt_runs([len(p) for p in prompts]):
+                for row in rows[i:j]:
+                    self.cache.reset(row)
+                if not prompts[i]:
+                    continue
+                ids = torch.tensor(prompts[i:j], dtype=torch.long, device=self.model.device)     # (n, P)
+                pos = torch.arange(ids.shape[1], device=ids.device)[None].expand(j - i, -1).contiguous()
+                self.model(ids, pos, self.cache.rows(rows[i], rows[i] + j - i), num_layers=self.num_layers,
+                           hidden_only=True)
+                for row in rows[i:j]:
+                    self.cache.advance(row, ids.shape[1])
 
     def move_row(self, src, dst):
         self.cache.move_row(src, dst)

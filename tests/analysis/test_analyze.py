@@ -10,8 +10,9 @@ import pytest
 from specdec.cli import main
 from specdec.engine.origins import HTML_CSS
 
-ARGS = ["--workload", "code", "--k", "1,3", "--batch-sizes", "1,2", "--temperatures", "0,1",
+BASE = ["--workload", "code", "--k", "1,3", "--batch-sizes", "1,2", "--temperatures", "0,1",
         "--repeats", "2", "--max-new-tokens", "8", "--prompt-tokens", "16", "--extend-s", "1", "--no-progress"]
+ARGS = BASE + ["--tree", "6"]
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +95,10 @@ def test_bad_arguments_exit_2(tiny_dirs, tmp_path, capsys):
     assert e.value.code == 2
     rc = main(["analyze", "--target", str(target), "--draft", str(draft), "--k", "0", "--out", str(tmp_path)])
     assert rc == 2 and "--k values" in capsys.readouterr().err
-    rc = main(["analyze", "--target", str(target), "--method", "none", *ARGS, "--out", str(tmp_path)])
+    rc = main(["analyze", "--target", str(target), "--method", "none", *BASE, "--out", str(tmp_path)])
     assert rc == 2 and "nothing to analyze" in capsys.readouterr().err
+    rc = main(["analyze", "--target", str(target), "--method", "suffix", *ARGS, "--out", str(tmp_path)])
+    assert rc == 2 and "a token tree needs method draft or ngram" in capsys.readouterr().err
 
 
 def test_prompts_file(tiny_dirs, tmp_path):
@@ -215,3 +218,22 @@ def test_report_compares_both_couplings(run_dir):
         inv = c["couplings"]["invariant"]
         assert f"| {c['k']} | 1 | {c['couplings']['standard']['alpha']:.2f} | {inv['alpha']:.2f} |" in md
     assert "α invariant" in (run_dir / "report.html").read_text()
+
+
+def test_report_compares_tree_and_chain(run_dir):
+    """--tree: every batch-1 cell carries its tree's run beside the chain's; greedy trees match."""
+    res = json.loads((run_dir / "results.json").read_text())
+    assert res["meta"]["tree"] == 6
+    for c in res["cells"]:
+        t = c["tree"]
+        if c["batch"] != 1:
+            assert t is None
+            continue
+        assert t["budget"] == 6 and t["tok_s"] > 0 and t["chain_tok_s"] > 0
+        assert t["vs_chain"] == pytest.approx(t["tok_s"] / t["chain_tok_s"])
+        assert t["chain_mean_acceptance_length"] == pytest.approx(c["tokens_per_step"])
+        assert c["k"] < t["nodes_per_round"] <= 6            # a tree scores more than its chain's k
+        assert 1 <= t["mean_acceptance_length"] <= c["k"] + 1
+        assert t["identical_to_chain"] is (True if c["temperature"] == 0 else None)
+    md = (run_dir / "report.md").read_text()
+    assert "## Token tree against chain" in md and "node budget 6" in md
