@@ -24,6 +24,7 @@ Batches with penalties, coupled rows or top-k/top-p filters draft a chain instea
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable
 
 import torch
@@ -64,7 +65,7 @@ class DraftTreeProposer(DraftModelProposer):
     @torch.inference_mode()
     def _tree(self, batch: Batch, k: int) -> Draft:
         B, dev, V = len(batch), self.model.device, self.model.config.vocab_size
-        auto, s = self.budget == "auto", batch.sampling
+        auto, s, t0 = self.budget == "auto", batch.sampling, time.perf_counter()
         sampled = not s.all_argmax           # temperature-only rows: w chains drawn from q (below)
         if sampled:
             w = 2 if auto else max(2, min(self.budget // k, MAX_TREE // k))
@@ -112,7 +113,8 @@ class DraftTreeProposer(DraftModelProposer):
         # 3. Keep the budget's best nodes (ties: the earlier node), in node order.
         all_scores = torch.cat(scores, 1)                                                  # (B, w k)
         probs = all_scores.exp().sort(-1, descending=True).values                          # (B, w k)
-        n = (all_scores.shape[1] if sampled else best_size(probs, self.calibration.c, self.cost) if auto
+        n = (all_scores.shape[1] if sampled
+             else best_size(probs, self.calibration.c, self.cost, time.perf_counter() - t0) if auto
              else min(self.budget, all_scores.shape[1]))
         order = torch.arange(all_scores.shape[1], device=dev).expand(B, -1)
         rank = torch.argsort(torch.argsort(-all_scores, dim=-1, stable=True), dim=-1)            # (B, w k)

@@ -10,10 +10,13 @@ expected to emit
 tokens (the B recovered or bonus tokens, plus the accepted nodes), for a verify forward of
 N + 1 positions per row that costs t(B, N + 1), the target's measured forward time
 (costs/profiling.py, timed by build.make_engine above the engine). The round keeps the N
-with the most tokens per second of verification. The draft's cost is already spent when N is
-chosen, so it does not enter. c calibrates the draft's confidence to what verification
-accepts: the ratio of accepted nodes to predicted ones over recent rounds. At a large batch
-t grows with N and the chosen tree shrinks towards a few nodes per row.
+with the most tokens per second of the whole round, gain(N) / (d + t(B, N + 1)), d being
+the seconds this round's drafting took. d is spent whatever N is, but it is part of every
+round's time: weighing the nodes against verification alone makes the rate of the round
+the objective no longer is, and kept too few nodes (a greedy depth-4 tree kept 2.5 tokens a
+round where the chain of 4 made 3.3). c calibrates the draft's confidence to what
+verification accepts: the ratio of accepted nodes to predicted ones over recent rounds. At a
+large batch t grows with N and the chosen tree shrinks towards a few nodes per row.
 """
 from __future__ import annotations
 
@@ -26,12 +29,13 @@ AUTO_NODES = 32      # nodes drafted when the size is chosen per round; on this 
 CALIBRATION_DECAY = 0.95   # the calibration's memory: about the last 20 rounds
 
 
-def best_size(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], float]) -> int:
+def best_size(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], float], spent: float = 0.0) -> int:
     """path_probs (B, W): each row's node path probabilities, largest first; c: the
-    calibration; cost(b, q): seconds of a target forward of b rows x q positions -> N in 1..W."""
+    calibration; cost(b, q): seconds of a target forward of b rows x q positions; spent: the
+    seconds the round's drafting took -> N in 1..W."""
     B, W = path_probs.shape
     gain = B + c * path_probs.sum(0).cumsum(0)                                        # (W,) N = 1..W
-    seconds = torch.tensor([cost(B, n + 1) for n in range(1, W + 1)], dtype=gain.dtype)
+    seconds = spent + torch.tensor([cost(B, n + 1) for n in range(1, W + 1)], dtype=gain.dtype)
     return int(torch.argmax(gain / seconds.clamp_min(1e-9))) + 1
 
 

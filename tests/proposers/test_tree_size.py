@@ -21,6 +21,13 @@ def test_flat_costs_keep_every_confident_node_and_steep_costs_few():
     assert best_size(PROBS, 0.0, steep) == 1                  # a draft never accepted: the smallest tree
 
 
+def test_the_drafting_time_already_spent_makes_more_nodes_pay():
+    steep = lambda b, q: float(q)                             # noqa: E731
+    # spent 10: (1 + .9 + .6 + .3) / 14 = 0.200 beats (1 + .9) / 12 = 0.158 and (1 + 1.5) / 13 = 0.192
+    assert best_size(PROBS, 1.0, steep, spent=10.0) == 3
+    assert best_size(PROBS, 1.0, steep, spent=0.0) == 1
+
+
 def test_a_bigger_batch_keeps_fewer_nodes():
     probs = PROBS.expand(16, -1)
     cost = lambda b, q: 1.0 + 0.02 * b * q                    # noqa: E731  weights once, then per row-position
