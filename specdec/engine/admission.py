@@ -10,24 +10,16 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import prompt_runs
+from ..models.prefill import prefill_rows
 from ..verify.sampling import BatchSampling, sample
 from .logprobs import emitted_logprobs
 
 
-def prefill(target, cache, prompts: list[list[int]], base: int, device) -> tuple[torch.Tensor, int]:
+def prefill(target, cache, prompts: list[list[int]], base: int) -> tuple[torch.Tensor, int]:
     """Write `prompts` into cache rows base, base + 1, ... -> ((n, 1, V) logits of each prompt's
     last position, forwards run)."""
-    out, runs = [], prompt_runs([len(p) for p in prompts])
-    for i, j in runs:
-        ids = torch.tensor(prompts[i:j], dtype=torch.long, device=device)                # (n, P)
-        pos = torch.arange(ids.shape[1], device=device)[None].expand(j - i, -1).contiguous()
-        for row in range(base + i, base + j):
-            cache.reset(row)
-        out.append(target(ids, pos, cache.rows(base + i, base + j))[:, -1:])          # (n, 1, V)
-        for row in range(base + i, base + j):
-            cache.advance(row, ids.shape[1])
-    return torch.cat(out), len(runs)
+    outs = prefill_rows(target, cache, prompts, base)
+    return torch.cat([out[:, -1:] for out in outs]), len(outs)
 
 
 def first_tokens(seqs: list, logits: torch.Tensor, device) -> list[tuple[int, object]]:

@@ -218,7 +218,7 @@ class Engine:
         seqs, base = [self.waiting.popleft() for _ in range(free)], len(self.running)
         if not seqs:
             return []
-        logits, forwards = prefill(self.target, self.cache, [s.token_ids for s in seqs], base, self.device)
+        logits, forwards = prefill(self.target, self.cache, [s.token_ids for s in seqs], base)
         self.metrics.target_forwards += forwards
         live = []
         for i, (seq, (first, lps)) in enumerate(zip(seqs, first_tokens(seqs, logits, self.device))):

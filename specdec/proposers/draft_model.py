@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from ..verify.sampling import sample
-from ..batch import Batch, prompt_runs
+from ..batch import Batch
+from ..models.prefill import prefill_rows
 from ..costs.key import CostKey
 from .base import Draft, Proposer
 
@@ -28,22 +29,11 @@ class DraftModelProposer(Proposer):
 
     def start_rows(self, rows, seqs):
         """Prefill every prompt but its last token (the pending one) into the draft cache, one
-        forward per run of equal lengths (engine/admission.py); no logits are needed."""
-        if not rows:
-            return
-        prompts = [seq.token_ids[:-1] for seq in seqs]
-        with torch.inference_mode():
-            for i, j in prompt_runs([len(p) for p in prompts]):
-                for row in rows[i:j]:
-                    self.cache.reset(row)
-                if not prompts[i]:
-                    continue
-                ids = torch.tensor(prompts[i:j], dtype=torch.long, device=self.model.device)     # (n, P)
-                pos = torch.arange(ids.shape[1], device=ids.device)[None].expand(j - i, -1).contiguous()
-                self.model(ids, pos, self.cache.rows(rows[i], rows[i] + j - i), num_layers=self.num_layers,
-                           hidden_only=True)
-                for row in rows[i:j]:
-                    self.cache.advance(row, ids.shape[1])
+        forward per run of equal lengths (models/prefill.py); no logits are needed."""
+        if rows:
+            with torch.inference_mode():
+                prefill_rows(self.model, self.cache, [seq.token_ids[:-1] for seq in seqs], rows[0],
+                             num_layers=self.num_layers, hidden_only=True)
 
     def move_row(self, src, dst):
         self.cache.move_row(src, dst)
