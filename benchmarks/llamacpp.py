@@ -29,7 +29,7 @@ from pathlib import Path
 VERSION = os.environ.get("SPECDEC_LLAMACPP_VERSION", "0.3.36")
 CACHE = Path(os.environ.get("SPECDEC_LLAMACPP_CACHE", Path.home() / ".cache" / "specdec" / "llamacpp"))
 TARGETS = ("llama-speculative", "llama-speculative-simple", "llama-completion", "llama-lookup",
-           "llama-tokenize")
+           "llama-tokenize", "llama-bench")
 CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
                "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
                "-DBUILD_SHARED_LIBS=OFF")
