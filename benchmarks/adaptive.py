@@ -47,7 +47,7 @@ from specdec.costs.profiling import grid_rows
 from specdec.defaults import default_draft, default_target
 from specdec.build import load_models
 from specdec.adaptive.calibrate import round_timer
-from specdec.costs.report import cost_table
+from specdec.analysis.costs import cost_table
 
 FIXED_K = (1, 2, 4, 8)
 GOAL_PLAIN, GOAL_BEST = 0.97, 0.95     # adaptive >= 0.97x plain and >= 0.95x the best fixed k

@@ -23,7 +23,8 @@ from .adaptive.layers import calibrated_layers
 from .adaptive.policy import AdaptiveK
 from .config import EngineConfig, SpecConfig
 from .costs.cost_model import CostModel
-from .costs.profiling import grid_rows, tree_profile
+from .costs.profiling import grid_rows
+from .proposers.tree_size import tree_profile
 from .defaults import default_draft, default_target
 from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy

@@ -17,7 +17,6 @@ from typing import Callable
 
 from ..costs.cost_model import CostModel
 from .predict import cost_ratio
-from ..costs.report import cost_table
 
 
 @dataclass
@@ -87,3 +86,22 @@ def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context:
     return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context) if key else 0.0,
                  lambda b, k, s, L=None: cm.t_round(key, b, k, context if L is None else L, s),
                  "measured cost model (costs/cost_model.py): forwards plus real engine rounds", cost_table(cm))
+
+
+def cost_table(cm: CostModel) -> dict:
+    """{"identity", "contended" (measured while the machine was busy), "l_ref", "l_long", "q_max",
+        "target": {b: [seconds at q = 1..q_max]} (measured rows, cache length l_ref),
+        "kv_effect": {b: t(b, q_max, l_long) / t(b, q_max, l_ref)},
+        "draft": {key: {b: seconds per proposed token}},
+        "rounds": {"<key>|greedy" or "<key>|sampled": {b: {k: measured seconds of a real step}}}}"""
+    p, qs = cm.target, range(1, cm.q_max + 1)
+    return {
+        "identity": cm.identities.get(None), "l_ref": p.l_ref, "l_long": p.l_long, "q_max": cm.q_max,
+        "contended": p.contended or any(t.contended for t in [*cm.drafts.values(), *cm.rounds.values()]),
+        "target": {b: [cm.t_target(b, q) for q in qs] for b in p.rows()},
+        "kv_effect": {b: p.t(b, cm.q_max, p.l_long) / max(p.t(b, cm.q_max), 1e-12) for b in p.rows()},
+        "draft": {str(k): {b: cm.t_draft(k, b) for b in d.rows()} for k, d in cm.drafts.items()},
+        "rounds": {f"{key}|{'sampled' if sampled else 'greedy'}":
+                   {b: {k: t.points[(b, k)][0] for k in t.ks(b)} for b in t.rows()}
+                   for (key, sampled), t in cm.rounds.items()},
+    }

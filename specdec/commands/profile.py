@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .common import add_load_args, load_kwargs
-from ..costs.report import cost_table
+from ..analysis.costs import cost_table
 
 
 def add_parser(sub) -> None:

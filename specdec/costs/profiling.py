@@ -110,16 +110,3 @@ class ModelProfile:
     def from_json(cls, d: dict, contended: bool = False) -> "ModelProfile":
         points = {(int(L), int(b), int(q)): float(t) for L, b, q, t in d["points"]}
         return cls(int(d["l_ref"]), int(d["l_long"]), points, contended)
-
-
-TREE_QS = [1, 2, 3, 5, 9, 17, 25, 33]   # verify widths timed for --tree auto: up to AUTO_NODES + 1,
-                                        # denser where the kernel's tiles change (1..9)
-
-
-def tree_profile(model, max_batch: int, l_ref: int = 128, l_long: int = 512) -> ModelProfile:
-    """The target's forward times at TREE_QS positions, for every batch row up to max_batch
-    (what `--tree auto` weighs a tree's size against; proposers/tree_size.py)."""
-    l_long = max(2, min(l_long, model.config.max_position_embeddings - max(TREE_QS) - 2))
-    prof = ModelProfile(min(l_ref, l_long // 2), l_long)
-    prof.measure(model, grid_rows(max_batch), max(TREE_QS), qs=TREE_QS)
-    return prof

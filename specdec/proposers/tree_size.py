@@ -24,6 +24,8 @@ from typing import Callable
 
 import torch
 
+from ..costs.profiling import ModelProfile, grid_rows
+
 AUTO_NODES = 32      # nodes drafted when the size is chosen per round; on this project's CPU the
                      # verify forward at 33 positions already costs about 2x one at 9 (decode_cost)
 CALIBRATION_DECAY = 0.95   # the calibration's memory: about the last 20 rounds
@@ -52,3 +54,16 @@ class Calibration:
     def observe(self, accepted: float, predicted: float) -> None:
         self.accepted = CALIBRATION_DECAY * self.accepted + accepted
         self.predicted = CALIBRATION_DECAY * self.predicted + predicted
+
+
+TREE_QS = [1, 2, 3, 5, 9, 17, 25, 33]   # verify widths timed for --tree auto: up to AUTO_NODES + 1,
+                                        # denser where the kernel's tiles change (1..9)
+
+
+def tree_profile(model, max_batch: int, l_ref: int = 128, l_long: int = 512) -> ModelProfile:
+    """The target's forward times at TREE_QS positions, for every batch row up to max_batch
+    (what `--tree auto` weighs a tree's size against: best_size), timed by build.make_engine."""
+    l_long = max(2, min(l_long, model.config.max_position_embeddings - max(TREE_QS) - 2))
+    prof = ModelProfile(min(l_ref, l_long // 2), l_long)
+    prof.measure(model, grid_rows(max_batch), max(TREE_QS), qs=TREE_QS)
+    return prof

@@ -13,7 +13,7 @@ from specdec.costs.cache import cache_path, identity_hash, model_identity
 from specdec.costs.cost_model import DRAFT_KEY, CostModel
 from specdec.costs.key import CostKey
 from specdec.costs.profiling import ModelProfile, grid_rows
-from specdec.costs.report import cost_table
+from specdec.analysis.costs import cost_table
 from tests.conftest import make_model, perturbed
 from tests.synthetic_costs import synthetic_cost_model
 

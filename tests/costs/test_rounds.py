@@ -8,7 +8,7 @@ from specdec.config import SpecConfig
 from specdec.costs import cache as cm_mod
 from specdec.costs import cost_model
 from specdec.costs.cost_model import DRAFT_KEY, CostModel
-from specdec.costs.report import cost_table
+from specdec.analysis.costs import cost_table
 from specdec.costs.rounds import RoundTable, theil_sen
 
 FAST = dict(min_time=0.0, min_reps=1, max_reps=1)
