@@ -207,7 +207,8 @@ class LlamaModel(nn.Module):
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
                 num_layers: int | None = None, hidden_only: bool = False,
-                argmax_out: torch.Tensor | None = None, tree: TreeAttention | None = None):
+                argmax_out: torch.Tensor | None = None, tree: TreeAttention | None = None,
+                hidden_out: torch.Tensor | None = None):
         """tokens, positions: (B, T) int64 -> logits (B, T, V).
 
         With a cache, K/V are written at `positions` for rows [0, B) and each query attends to
@@ -216,17 +217,21 @@ class LlamaModel(nn.Module):
         (layer-skip self-speculation uses it with a cache of its own). `argmax_out`, a (B, T)
         int64 tensor, receives each position's argmax (torch.argmax's answer); the compiled
         decoder computes it while the logits are in cache, which spares a greedy round its
-        tensor ops after the forward.
+        tensor ops after the forward. `hidden_out`, a (B, T, hidden) float tensor, receives the
+        final normed hidden states the logits are read from (a feature-head proposer's input),
+        copied from the same forward.
         """
         if cache is not None and not torch.is_grad_enabled():
             if self.native is not None:
-                return self.native(tokens, positions, cache, num_layers, hidden_only, argmax_out, tree)
-            if self.graphs is not None and tree is None:
+                return self.native(tokens, positions, cache, num_layers, hidden_only, argmax_out, tree, hidden_out)
+            if self.graphs is not None and tree is None and hidden_out is None:
                 return _argmax_into(self.graphs(tokens, positions, cache, num_layers, hidden_only), argmax_out)
-        return _argmax_into(self.eager(tokens, positions, cache, num_layers, hidden_only, tree), argmax_out)
+        logits = self.eager(tokens, positions, cache, num_layers, hidden_only, tree, hidden_out)
+        return _argmax_into(logits, argmax_out)
 
     def eager(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
-              num_layers: int | None = None, hidden_only: bool = False, tree: TreeAttention | None = None):
+              num_layers: int | None = None, hidden_only: bool = False, tree: TreeAttention | None = None,
+              hidden_out: torch.Tensor | None = None):
         """The forward in eager PyTorch, op by op (what the CUDA graphs capture)."""
         B, T = tokens.shape
         x = self.model.embed_tokens(tokens)                                  # (B, T, d)
@@ -243,7 +248,9 @@ class LlamaModel(nn.Module):
         layers = self.model.layers if num_layers is None else self.model.layers[:num_layers]
         for i, layer in enumerate(layers):
             x = layer(x, cos, sin, i, cache, slots, mask)
-        x = self.model.norm(x)
+        x = self.model.norm(x)                                               # (B, T, d)
+        if hidden_out is not None:
+            hidden_out.copy_(x)
         return x if hidden_only else self.lm_head(x)                         # (B, T, V)
 
     def cache_bytes(self, rows: int, max_len: int, num_layers: int | None = None) -> int:

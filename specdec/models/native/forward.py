@@ -133,8 +133,11 @@ class NativeForward:
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                  num_layers: int | None = None, hidden_only: bool = False,
-                 argmax_out: torch.Tensor | None = None, tree=None) -> torch.Tensor:
-        """tree: None (a chain), or a models.tree.TreeAttention (slots and ancestor masks)."""
+                 argmax_out: torch.Tensor | None = None, tree=None,
+                 hidden_out: torch.Tensor | None = None) -> torch.Tensor:
+        """tree: None (a chain), or a models.tree.TreeAttention (slots and ancestor masks).
+        hidden_out: None, or (B, T, hidden) receiving the final normed hidden states, copied
+        from the scratch rows the head read them from (decoder.c: h follows x)."""
         B, T = tokens.shape
         c = self.model.config
         if B > cache.num_rows:
@@ -157,6 +160,9 @@ class NativeForward:
                 int(not hidden_only),
                 _P(out.data_ptr()), _P(argmax_out.data_ptr()) if argmax_out is not None else None,
                 scratch, threads)
+            if hidden_out is not None and rc == 0:
+                src = out if hidden_only else self._scratch[B * T * c.hidden_size:2 * B * T * c.hidden_size]
+                hidden_out.copy_(src.view(B, T, c.hidden_size))
         self._check(rc, cache)
         return out
 
