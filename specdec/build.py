@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 import sys
+import weakref
 
 import torch
 
@@ -140,6 +141,11 @@ def make_policy(spec: SpecConfig, proposer: Proposer, target: LlamaModel, draft:
     return AdaptiveK(k_max, proposer, cost_model)
 
 
+# --tree auto's verify times, target -> {max_batch: t(b, q)}: timed once per target and batch
+# size in a process (the analyzer builds engines for every lockstep group)
+_TREE_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
                 cost_model: CostModel | None = None) -> Engine:
     """An Engine for `models`: the context clamped to the target's, the proposer built from
@@ -151,9 +157,12 @@ def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
     method = spec.method if spec.k != 0 else "none"
     tree_cost = None
     if spec.tree == "auto" and method == "draft":      # a tree's size is weighed against these times
-        print(f"specdec: timing the target's verify forwards for --tree auto (batch up to {config.max_batch})",
-              file=sys.stderr)
-        tree_cost = tree_profile(models.target, config.max_batch).t
+        timed = _TREE_COSTS.setdefault(models.target, {})
+        if config.max_batch not in timed:              # once per target and batch size in a process
+            print(f"specdec: timing the target's verify forwards for --tree auto (batch up to {config.max_batch})",
+                  file=sys.stderr)
+            timed[config.max_batch] = tree_profile(models.target, config.max_batch).t
+        tree_cost = timed[config.max_batch]
     proposer = create_proposer(method, models.target, spec, draft_model=models.draft,
                                rows=config.max_batch, max_len=cache_length(config, spec), tree_cost=tree_cost)
     policy = make_policy(spec, proposer, models.target, models.draft, cost_model, config.max_batch)

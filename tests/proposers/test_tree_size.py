@@ -6,7 +6,7 @@ from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.errors import ConfigError
 from specdec.proposers.tree_size import Calibration, best_size
-from tests.conftest import perturbed, random_prompts
+from tests.conftest import make_model, perturbed, random_prompts
 
 PROBS = torch.tensor([[0.9, 0.6, 0.3, 0.1, 0.05, 0.01]])     # one row's path probabilities, sorted
 
@@ -54,3 +54,13 @@ def test_auto_trees_are_exact_and_vary_in_size(tiny_target):
     assert auto.metrics.tree_rounds > 0 and auto.metrics.tree_nodes > 0
     with pytest.raises(ConfigError, match="auto"):
         SpecConfig(method="ngram", k=4, tree="auto")
+
+
+def test_auto_times_the_target_once_per_batch_size(capsys):
+    target = make_model(7)                         # a target no other test has timed in this process
+    draft = perturbed(target, 0.05, seed=4)
+    spec = SpecConfig(method="draft", k=3, tree="auto")
+    for rows in (3, 3, 5):
+        make_engine(Models(target, None, draft), spec, EngineConfig(max_batch=rows, max_model_len=64))
+    notes = [line for line in capsys.readouterr().err.splitlines() if "timing the target's verify forwards" in line]
+    assert [n.split("batch up to ")[1] for n in notes] == ["3)", "5)"]
