@@ -26,10 +26,12 @@ from .config import EngineConfig, SpecConfig
 from .costs.cost_model import CostModel
 from .costs.profiling import grid_rows
 from .proposers.tree_size import tree_profile
-from .defaults import default_draft, default_target
+from .defaults import default_draft, default_head, default_target
 from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy
 from .errors import CheckpointError, ConfigError
+from .models.feature_head import FeatureHead
+from .models.head_loader import load_head, load_mtp
 from .models.llama import LlamaModel
 from .models.memory import require
 from .models.loader import load_model, load_tokenizer
@@ -50,6 +52,7 @@ class Models:
     draft: LlamaModel | None = None
     target_path: Path | None = None
     draft_path: Path | None = None
+    head: FeatureHead | None = None         # the eagle or mtp proposer's weights
 
 
 def default_pair(target: str | Path | None, draft: str | Path | None) -> tuple[Path, Path | None]:
@@ -62,11 +65,13 @@ def default_pair(target: str | Path | None, draft: str | Path | None) -> tuple[P
 
 def load_models(target: str | Path | None = None, draft: str | Path | None = None, device: str = "cpu",
                 threads: int | None = None, compile: bool | None = None, weights: str | None = None,
-                draft_weights: str | None = None) -> Models:
+                draft_weights: str | None = None, method: str | None = None,
+                head: str | Path | None = None) -> Models:
     """Load the target (and draft; `default_pair` picks them); refuse a draft whose vocabulary
     differs from the target's. `compile`: use the compiled decoder (None: where it builds;
     see models/loader.py). `weights`, `draft_weights` (default: the target's): "float32",
-    "int8" (models/quantize.py), or None: as each checkpoint stores them."""
+    "int8" (models/quantize.py), or None: as each checkpoint stores them. `method`, `head`:
+    see `feature_head`."""
     target, draft = default_pair(target, draft)
     for w in (weights, draft_weights or weights):
         check_weights(w)                                  # before minutes of loading
@@ -87,7 +92,25 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
         if dtok.tok.get_vocab() != tok.tok.get_vocab():
             raise CheckpointError("draft tokenizer differs from the target's: speculative decoding needs "
                                   "the same vocabulary")
-    return Models(t, tok, d, Path(target), Path(draft) if draft else None)
+    return Models(t, tok, d, Path(target), Path(draft) if draft else None,
+                  feature_head(t, Path(target), method, head))
+
+
+def feature_head(target: LlamaModel, target_path: Path, method: str | None, head: str | Path | None
+                 ) -> FeatureHead | None:
+    """The feature head a method needs: `head` where named; for eagle without one, the bundled
+    head when the target is the bundled target; for mtp, the target checkpoint's own MTP layer."""
+    if method == "mtp":
+        if head is not None:
+            raise ConfigError("--head names an EAGLE head; --method mtp reads the target checkpoint's own MTP layers")
+        return load_mtp(target_path, target)
+    if head is None and method == "eagle":
+        bundled = default_head()
+        if bundled is None or target_path.resolve() != default_target().resolve():
+            raise ConfigError("method 'eagle' needs a feature head trained for this target: --head DIR "
+                              "(`specdec train eagle --target DIR --out DIR` trains one)")
+        head = bundled
+    return load_head(head, target, target_path) if head is not None else None
 
 
 def spec_config(method: str | None, k: int | str, k_max: int, has_draft: bool,
@@ -121,7 +144,7 @@ def resolve_spec(target: LlamaModel, spec: SpecConfig) -> SpecConfig:
 
 
 def make_policy(spec: SpecConfig, proposer: Proposer, target: LlamaModel, draft: LlamaModel | None = None,
-                cost_model: CostModel | None = None, max_batch: int = 1) -> KPolicy:
+                cost_model: CostModel | None = None, max_batch: int = 1, head: FeatureHead | None = None) -> KPolicy:
     """The k policy for `spec`: fixed or heuristic, or for k = "auto" the adaptive policy over
     `cost_model`. Without one it is built here: forwards and real rounds (greedy and sampled,
     for the proposer or each arm of `auto`) at the batch rows up to `max_batch`, read from
@@ -134,7 +157,7 @@ def make_policy(spec: SpecConfig, proposer: Proposer, target: LlamaModel, draft:
     if cost_model is None:
         rows = grid_rows(max_batch)
         cost_model = CostModel.load_or_measure(target, proposer, k_max=k_max, batch_sizes=rows)
-        timer = round_timer(target, spec, draft)
+        timer = round_timer(target, spec, draft, head=head)
         for sub in getattr(proposer, "arms", None) or [proposer]:
             for sampled in ([False, True] if sub.name != "none" else []):
                 cost_model.measure_rounds(timer, sub.cost_key(), rows, sampled)
@@ -163,9 +186,9 @@ def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
                   file=sys.stderr)
             timed[config.max_batch] = tree_profile(models.target, config.max_batch).t
         tree_cost = timed[config.max_batch]
-    proposer = create_proposer(method, models.target, spec, draft_model=models.draft,
+    proposer = create_proposer(method, models.target, spec, draft_model=models.draft, head=models.head,
                                rows=config.max_batch, max_len=cache_length(config, spec), tree_cost=tree_cost)
-    policy = make_policy(spec, proposer, models.target, models.draft, cost_model, config.max_batch)
+    policy = make_policy(spec, proposer, models.target, models.draft, cost_model, config.max_batch, models.head)
     return Engine(models.target, spec, config, proposer=proposer, policy=policy)
 
 

@@ -38,6 +38,12 @@ def default_draft() -> Path:
     return MODELS_DIR / "draft"
 
 
+def default_head() -> Path | None:
+    """The bundled EAGLE head (trained for the bundled target), where it is present."""
+    head = MODELS_DIR / "eagle"
+    return head if (head / "config.json").exists() else None
+
+
 def cache_dir() -> Path:
     """Where measured tables and corpus token streams are cached ($SPECDEC_CACHE or ~/.cache/specdec)."""
     d = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))

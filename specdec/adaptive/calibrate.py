@@ -39,7 +39,7 @@ def synthetic_prompts(vocab: int, b: int, length: int, period: int, seed: int = 
 
 
 def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warmup: int = 2,
-                steps: int = 8, budget_s: float = 2.0, max_steps: int = 32):
+                steps: int = 8, budget_s: float = 2.0, max_steps: int = 32, head=None):
     """A timer for `CostModel.measure_rounds`: real engine steps at (b, k), in seconds. Per
     pair, `warmup` untimed passes, then at least `steps` passes and more, up to `max_steps`,
     while they have taken less than `budget_s`: small batches, whose steps are cheap and whose
@@ -65,7 +65,8 @@ def round_timer(target, spec: SpecConfig, draft=None, prompt_len: int = 96, warm
             cfg = SpecConfig(method=key.method if k else "none", k=k, k_max=max(k, 1), options=spec.options)
             new = (warmup + n_max + 1) * (k + 1)
             eng = engines[k] = Engine(target, cfg, EngineConfig(max_batch=b, max_model_len=plen + new + 1,
-                                                                device=target.device.type), draft=draft)
+                                                                device=target.device.type), draft=draft,
+                                      head=head)
             for i, p in enumerate(synthetic_prompts(target.config.vocab_size, b, plen, q)):
                 eng.add_request(p, SamplingParams(temperature=1.0 if sampled else 0.0, seed=i,
                                                   max_new_tokens=new, ignore_eos=True))

@@ -98,7 +98,8 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
         task = bars.add("measuring step costs t(b, q)", total=100)
         q_max = max(k_top, 8) + 1          # the theory curves and break-even table go to k = 8
         modes = sorted({t > 0 for t in s["temperatures"]})
-        timer = round_timer(models.target, spec_for_k(k_top), models.draft, prompt_len=s["prompt_tokens"], steps=40)
+        timer = round_timer(models.target, spec_for_k(k_top), models.draft, prompt_len=s["prompt_tokens"], steps=40,
+                            head=models.head)
         costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=q_max,
                            context=s["prompt_tokens"] + s["max_new_tokens"] // 2,
                            remeasure=remeasure, round_timer=timer, modes=modes,

@@ -103,7 +103,8 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
     folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="specdec-analysis-"))
     with Progress(disabled=not progress) as bars:
         bars.note("loading models and prompts")
-        models = load_models(target_dir, draft_dir, device=device, threads=threads, compile=compile)
+        models = load_models(target_dir, draft_dir, device=device, threads=threads, compile=compile,
+                             method=want.method)
         has_draft = models.draft is not None
         spec = spec_config(want.method, max(s["k"]), DEFAULT_K_MAX, has_draft, want.options)
         if spec.method == "none":

@@ -33,8 +33,9 @@ class LLM:
     target, draft: checkpoint directories. With neither, the bundled target and draft; a
         named target gets a draft only when one is named (`specdec generate`'s rule).
     model: vLLM's name for `target` (give one or the other).
-    method: the proposer (draft, ngram, suffix, layerskip, auto or none); default: draft
-        when a draft is loaded, else none.
+    method: the proposer (draft, ngram, suffix, layerskip, eagle, mtp, auto or none); default:
+        draft when a draft is loaded, else none.
+    head: eagle's feature head (default: the bundled head, for the bundled target).
     k: draft tokens per round: 0..16, "auto" (adaptive, the default) or "heuristic".
     tree: 0 (chains), or a token tree's node budget per round, of depth k (a fixed k;
         methods draft and ngram; docs/trees.md).
@@ -56,7 +57,7 @@ class LLM:
                  k_max: int = DEFAULT_K_MAX, max_batch: int = DEFAULT_MAX_BATCH, max_model_len: int | None = None,
                  device: str = "cpu", threads: int | None = None, compile: bool | None = None,
                  dtype: str | None = None, draft_dtype: str | None = None, tree: int = 0,
-                 **proposer_options: object) -> None:
+                 head: PathLike | None = None, **proposer_options: object) -> None:
         if model is not None and target is not None:
             raise ConfigError("the target is given twice: target= and model=")
         want = speculation(draft, method, k, speculative_config, proposer_options)
@@ -65,7 +66,8 @@ class LLM:
                               max_model_len=EngineConfig.max_model_len if max_model_len is None else max_model_len)
         target_dir, draft_dir = default_pair(target if target is not None else model, want.draft)
         self._models = load_models(target_dir, draft_dir, device=device, threads=threads, compile=compile,
-                                   weights=dtype, draft_weights=draft_dtype)
+                                   weights=dtype, draft_weights=draft_dtype, method=want.method,
+                                   head=head if head is not None else want.head)
         self._spec = spec_config(want.method, want.k, k_max, self._models.draft is not None, want.options,
                                  tree=tree)
         context = self._models.target.config.max_position_embeddings

@@ -16,7 +16,8 @@ from ..proposers import available
 
 # vLLM's speculative_config["method"] names -> specdec's proposers; specdec's own names
 # (draft, ngram, suffix, layerskip, auto, none) are accepted as they are
-VLLM_METHODS = {"draft_model": "draft", "ngram": "ngram", "suffix": "suffix"}
+VLLM_METHODS = {"draft_model": "draft", "ngram": "ngram", "suffix": "suffix", "eagle": "eagle",
+                "eagle3": "eagle", "mtp": "mtp"}
 
 # the speculative_config keys understood: vLLM's names, and the proposer option each sets
 # ("" for those handled apart: method, model, num_speculative_tokens)
@@ -34,6 +35,7 @@ class Speculation:
     method: str | None
     k: int | str
     options: dict[str, object]
+    head: Path | None = None      # eagle's head: vLLM names it speculative_config["model"]
 
 
 def speculation(draft: PathLike | None, method: str | None, k: int | str,
@@ -72,7 +74,10 @@ def speculation(draft: PathLike | None, method: str | None, k: int | str,
     for key, option in VLLM_KEYS.items():
         if option and key in cfg:
             options[option] = cfg[key]
-    return Speculation(path, _method(method) if method is not None else None, k, options)
+    method = _method(method) if method is not None else None
+    if method == "eagle" and "model" in cfg:
+        return Speculation(None, method, k, options, head=path)
+    return Speculation(path, method, k, options)
 
 
 def check_k(k: int | str, k_max: int) -> None:

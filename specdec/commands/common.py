@@ -36,12 +36,15 @@ def add_load_args(p) -> None:
 def load_kwargs(args) -> dict:
     """`build.load_models` keyword arguments from a command's parsed arguments."""
     return {"device": getattr(args, "device", "cpu") or "cpu", "threads": getattr(args, "threads", None),
-            "compile": args.compile, "weights": args.dtype, "draft_weights": args.draft_dtype}
+            "compile": args.compile, "weights": args.dtype, "draft_weights": args.draft_dtype,
+            "method": getattr(args, "method", None), "head": getattr(args, "head", None)}
 
 
 def add_method_args(p, k_table: bool = True, tree: bool = True) -> None:
-    p.add_argument("--method", help="proposer: draft, ngram, suffix, layerskip, auto or none "
+    p.add_argument("--method", help="proposer: draft, ngram, suffix, layerskip, eagle, mtp, auto or none "
                                     "(default: draft when a draft model is given, else none)")
+    p.add_argument("--head", type=Path, metavar="DIR",
+                   help="eagle: the feature head (default: the bundled head, for the bundled target)")
     p.add_argument("--k", type=_k, default=None,
                    help="draft tokens per round: an integer 0..16, 'auto' (adaptive, default) or 'heuristic'")
     if k_table:

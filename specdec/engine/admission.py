@@ -15,10 +15,12 @@ from ..verify.sampling import BatchSampling, sample
 from .logprobs import emitted_logprobs
 
 
-def prefill(target, cache, prompts: list[list[int]], base: int) -> tuple[torch.Tensor, int]:
+def prefill(target, cache, prompts: list[list[int]], base: int, features: list | None = None
+            ) -> tuple[torch.Tensor, int]:
     """Write `prompts` into cache rows base, base + 1, ... -> ((n, 1, V) logits of each prompt's
-    last position, forwards run)."""
-    outs = prefill_rows(target, cache, prompts, base)
+    last position, forwards run). `features`: a list that receives each prompt's final hidden
+    states (P, hidden), for a proposer that drafts from them."""
+    outs = prefill_rows(target, cache, prompts, base, features)
     return torch.cat([out[:, -1:] for out in outs]), len(outs)
 
 

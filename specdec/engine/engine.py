@@ -31,12 +31,11 @@ from ..verify.coupling import CoupledNoise
 from ..verify.sampling import BatchSampling
 from .admission import first_tokens, prefill
 from .logprobs import emitted_logprobs
-from .metrics import EngineMetrics
+from .metrics import EngineMetrics, record_row
 from .policy import KPolicy, simple_policy
 from .round import RoundResult
 from .sequence import Sequence, Status
 from .validation import check_params, check_request
-from ..verify.tree import ends_at_leaf
 from .verification import plain_next, verify_round, verify_tree
 
 
@@ -50,10 +49,11 @@ def cache_length(config: EngineConfig, spec: SpecConfig) -> int:
 class Engine:
     def __init__(self, target: LlamaModel, spec: SpecConfig = SpecConfig(method="none", k=0),
                  config: EngineConfig = EngineConfig(), draft: LlamaModel | None = None,
-                 proposer: Proposer | None = None, policy: KPolicy | None = None):
+                 proposer: Proposer | None = None, policy: KPolicy | None = None, head=None):
         """`proposer` defaults to `spec.method` built from the registry (with `draft` as its
-        model); `policy` to the fixed or heuristic k of `spec` (k = "auto" needs one passed
-        in: specdec.build makes it). Nothing here measures the machine."""
+        model, `head` as a feature head's weights); `policy` to the fixed or heuristic k of
+        `spec` (k = "auto" needs one passed in: specdec.build makes it). Nothing here measures
+        the machine."""
         self.target, self.spec, self.config = target, spec, config
         self.device = target.device
         if config.max_model_len > target.config.max_position_embeddings:
@@ -67,7 +67,7 @@ class Engine:
         self.cache = target.new_cache(config.max_batch, self.cache_len)
         self.proposer = proposer or create_proposer(
             spec.method if spec.k != 0 else "none", target, spec,
-            draft_model=draft, rows=config.max_batch, max_len=self.cache_len)
+            draft_model=draft, rows=config.max_batch, max_len=self.cache_len, head=head)
         self.policy = policy or simple_policy(spec)
         self.eos_ids = target.config.eos_ids
         self.waiting: deque[Sequence] = deque()
@@ -153,7 +153,9 @@ class Engine:
         best = (torch.empty(B, kk + 1, dtype=torch.long, device=dev)
                 if sampling.all_argmax and not sampling.any_coupled and not sampling.processed
                 else None)                                                               # (B, k+1)
-        logits = self.target(tokens, positions, self.cache, argmax_out=best, tree=tree)  # (B, k+1, V)
+        hidden = (torch.empty(B, kk + 1, self.target.config.hidden_size, device=dev)
+                  if self.proposer.uses_features else None)            # (B, k+1, d) a feature head's input
+        logits = self.target(tokens, positions, self.cache, argmax_out=best, tree=tree, hidden_out=hidden)
         target_argmax = best.tolist() if best is not None else None                     # the host sync
         # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
         #    (no drafts) only picks the next token. chosen[b][j]: the position output j fills.
@@ -183,16 +185,12 @@ class Engine:
             n = accepted[b]
             self.cache.advance(b, 1 + n)
             seq.append(emitted[b], lps[b])
-            if draft.parents is None:
-                seq.stats.record(num_draft[b], n)
-                self.metrics.record_row(num_draft[b], n)
-            else:
-                seq.stats.record(num_draft[b], n, depth=k, bonus=ends_at_leaf(paths[b], draft.parents[b]))
-                self.metrics.record_row(num_draft[b], n, depth=k)
-                if draft.parents[b]:
-                    self.metrics.record_tree(paths[b], draft.parents[b])
+            record_row(self.metrics, seq, num_draft[b], n, k, paths[b], draft.parents and draft.parents[b])
             self.metrics.generated_tokens += len(seq.new_tokens)
-        # 7. The proposer rolls back to the accepted prefix; the policy learns from the round.
+        # 7. The proposer rolls back to the accepted prefix (a feature head takes the target's
+        #    features of the kept inputs first); the policy learns from the round.
+        if hidden is not None:
+            self.proposer.take_features(list(range(B)), [hidden[b, inputs[b]] for b in range(B)])
         self.proposer.rollback(accepted)
         dt = time.perf_counter() - t0
         result = RoundResult(batch, k, key, num_draft, accepted, dt, accept_prob=beta, emitted=emitted)
@@ -218,9 +216,10 @@ class Engine:
         seqs, base = [self.waiting.popleft() for _ in range(free)], len(self.running)
         if not seqs:
             return []
-        logits, forwards = prefill(self.target, self.cache, [s.token_ids for s in seqs], base)
+        feats = [] if self.proposer.uses_features else None              # each prompt's (P, d)
+        logits, forwards = prefill(self.target, self.cache, [s.token_ids for s in seqs], base, feats)
         self.metrics.target_forwards += forwards
-        live = []
+        live, kept = [], []
         for i, (seq, (first, lps)) in enumerate(zip(seqs, first_tokens(seqs, logits, self.device))):
             seq.status = Status.RUNNING
             seq.stats.target_forwards += 1
@@ -234,7 +233,10 @@ class Engine:
             if seq.row != base + i:
                 self.cache.move_row(base + i, seq.row)
             live.append(seq)
+            kept.append(i)
         self.running += live
+        if feats is not None:
+            self.proposer.take_features([s.row for s in live], [feats[i] for i in kept])
         self.proposer.start_rows([s.row for s in live], live)
         for seq in live:
             self.policy.start(seq.row, seq)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ..verify.tree import ends_at_leaf
+
 
 def mean_acceptance_length(accepted: int, drafts: int) -> float:
     """vLLM's: tokens gained per draft round, 1 + accepted / drafts (1.0 without drafts)."""
@@ -82,3 +84,17 @@ class EngineMetrics:
             "tree_rounds": self.tree_rounds, "tree_nodes": self.tree_nodes,
             "branch_accepts": self.branch_accepts,
         }
+
+
+def record_row(metrics: EngineMetrics, seq, drafted: int, accepted: int, k: int, path: list[int],
+               parents: list[int] | None) -> None:
+    """Count one row's round in the sequence's and the engine's statistics: a chain's, or a
+    token tree's (`parents`: the row's node parents; its accepted `path`, drafted to depth k)."""
+    if parents is None:
+        seq.stats.record(drafted, accepted)
+        metrics.record_row(drafted, accepted)
+        return
+    seq.stats.record(drafted, accepted, depth=k, bonus=ends_at_leaf(path, parents))
+    metrics.record_row(drafted, accepted, depth=k)
+    if parents:
+        metrics.record_tree(path, parents)

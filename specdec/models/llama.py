@@ -208,7 +208,7 @@ class LlamaModel(nn.Module):
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
                 num_layers: int | None = None, hidden_only: bool = False,
                 argmax_out: torch.Tensor | None = None, tree: TreeAttention | None = None,
-                hidden_out: torch.Tensor | None = None):
+                hidden_out: torch.Tensor | None = None, embeds: torch.Tensor | None = None):
         """tokens, positions: (B, T) int64 -> logits (B, T, V).
 
         With a cache, K/V are written at `positions` for rows [0, B) and each query attends to
@@ -219,22 +219,24 @@ class LlamaModel(nn.Module):
         decoder computes it while the logits are in cache, which spares a greedy round its
         tensor ops after the forward. `hidden_out`, a (B, T, hidden) float tensor, receives the
         final normed hidden states the logits are read from (a feature-head proposer's input),
-        copied from the same forward.
+        copied from the same forward. `embeds`, a (B, T, hidden) float tensor, replaces the
+        token embeddings as the first layer's input (a feature head's; `tokens` are then unread).
         """
         if cache is not None and not torch.is_grad_enabled():
             if self.native is not None:
-                return self.native(tokens, positions, cache, num_layers, hidden_only, argmax_out, tree, hidden_out)
-            if self.graphs is not None and tree is None and hidden_out is None:
+                return self.native(tokens, positions, cache, num_layers, hidden_only, argmax_out, tree, hidden_out,
+                                   embeds)
+            if self.graphs is not None and tree is None and hidden_out is None and embeds is None:
                 return _argmax_into(self.graphs(tokens, positions, cache, num_layers, hidden_only), argmax_out)
-        logits = self.eager(tokens, positions, cache, num_layers, hidden_only, tree, hidden_out)
+        logits = self.eager(tokens, positions, cache, num_layers, hidden_only, tree, hidden_out, embeds)
         return _argmax_into(logits, argmax_out)
 
     def eager(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
               num_layers: int | None = None, hidden_only: bool = False, tree: TreeAttention | None = None,
-              hidden_out: torch.Tensor | None = None):
+              hidden_out: torch.Tensor | None = None, embeds: torch.Tensor | None = None):
         """The forward in eager PyTorch, op by op (what the CUDA graphs capture)."""
         B, T = tokens.shape
-        x = self.model.embed_tokens(tokens)                                  # (B, T, d)
+        x = self.model.embed_tokens(tokens) if embeds is None else embeds   # (B, T, d)
         cos, sin = self.rope(positions)
         mask, slots = None, positions
         if cache is not None and tree is not None:        # a tree: its slots and ancestors

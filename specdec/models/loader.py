@@ -68,7 +68,9 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
         raise CheckpointError(f"checkpoint directory not found: {path}")
     cfg = ModelConfig.from_file(path / "config.json")
     check_weights(weights)
-    stored = stored_weights(json.loads((path / "config.json").read_text()))
+    raw = json.loads((path / "config.json").read_text())
+    stored = stored_weights(raw)
+    mtp = bool(raw.get("num_nextn_predict_layers"))         # MTP layers ride along: not decoded here
     weights = weights or stored
     if stored == "int8" and weights != "int8":
         raise ConfigError(f"{path.name} stores int8 weights (written by `specdec quantize`): load it with "
@@ -78,7 +80,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     model = empty_model(cfg, weights)
     if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied, or omitted by the checkpoint
-    sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq")}
+    sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq") and not (mtp and _mtp_key(k, cfg))}
     if weights == "int8" and stored == "float32":
         round_state_dict(sd, quantized_names(model))
     try:
@@ -100,6 +102,14 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
             why = supported(model) or ("no C compiler could build it" if load() is None else "unknown")
             raise ConfigError(f"--compile: the native decoder cannot run {path.name}: {why}")
     return model
+
+
+def _mtp_key(key: str, cfg: ModelConfig) -> bool:
+    """A weight of an MTP layer (models/head_loader.py): layers past num_hidden_layers, which
+    the decoder does not run (--method mtp reads them)."""
+    parts = key.split(".")
+    return (len(parts) > 2 and parts[0] == "model" and parts[1] == "layers" and parts[2].isdigit()
+            and int(parts[2]) >= cfg.num_hidden_layers)
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

@@ -79,6 +79,15 @@ class AutoProposer(Proposer):
     def start(self, row, seq):
         self.start_rows([row], [seq])
 
+    @property
+    def uses_features(self):
+        return any(a.uses_features for a in self.arms)
+
+    def take_features(self, rows, features):
+        for a in self.arms:
+            if a.uses_features:
+                a.take_features(rows, features)
+
     def start_rows(self, rows, seqs):
         for a in self.arms:
             a.start_rows(rows, seqs)
@@ -220,7 +229,7 @@ def merge(row_drafts: list[Draft], drafts: list[Draft]) -> Draft:
 
 
 @register("auto")
-def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
+def _build(target, spec, draft_model=None, rows=1, max_len=1024, head=None, **_):
     o = spec.opts
     names = o.get("auto_arms") or DEFAULT_ARMS
     if isinstance(names, str):
@@ -230,11 +239,11 @@ def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
     arms = {}
     spec = replace(spec, tree=0)              # merge() joins chains: its arms draft no trees
     for n in names:
-        if n == "draft" and draft_model is None:
-            continue                          # no draft model given: not an arm
+        if (n == "draft" and draft_model is None) or (n in ("eagle", "mtp") and head is None):
+            continue                          # no draft model or head given: not an arm
         if n == "layerskip" and target.config.num_hidden_layers < 2:
             continue
         arms[n] = NoProposer() if n == "none" else create(
-            n, target, spec, draft_model=draft_model, rows=rows, max_len=max_len)
+            n, target, spec, draft_model=draft_model, rows=rows, max_len=max_len, head=head)
     return AutoProposer(arms, gamma=o.get("auto_gamma", 0.98), c=o.get("auto_c", 0.3),
                         prior=o.get("auto_prior", 1.0))

@@ -45,6 +45,7 @@ class Proposer(ABC):
     the hooks they need; the defaults keep no state."""
     name = "base"
     max_k: int | None = None        # the proposer's own cap on k, if any
+    uses_features = False           # the target hands it its final hidden states (take_features)
 
     @abstractmethod
     def propose(self, batch: Batch, k: int) -> Draft:
@@ -62,6 +63,12 @@ class Proposer(ABC):
         unless the proposer batches its own prefill."""
         for row, seq in zip(rows, seqs):
             self.start(row, seq)
+
+    def take_features(self, rows: list[int], features: list[torch.Tensor]) -> None:
+        """For a proposer that `uses_features`: the target's final normed hidden states of the
+        positions it just committed in each row, features[i] (n_i, hidden), in order: a
+        prompt's at admission (before start_rows), a round's accepted positions (the pending
+        token and the accepted drafts) after verification."""
 
     def finish(self, row: int) -> None:
         """The request in `row` left the batch."""

@@ -8,6 +8,7 @@ from ..batch import Batch
 from ..models.prefill import prefill_rows
 from ..costs.key import CostKey
 from .base import Draft, Proposer
+from .picking import pick
 
 
 class DraftModelProposer(Proposer):
@@ -84,14 +85,8 @@ class DraftModelProposer(Proposer):
             # greedy rows: argmax of the logits; coupled rows: of log q + the position's noise.
             # Processed rows (penalties) see the drafts so far, as the target's p will.
             at, before = [[t + i] for t in first], torch.stack(out, 1) if out and s.processed else None
-            if s.all_argmax:
-                tok = s.scores(logits, at, before)[:, 0].argmax(-1)
-            else:
-                q = s.probs(logits, positions=at, drafts=before)[:, 0]                 # (B, V)
-                tok = sample(q, u[:, i])
-                if s.any_argmax:
-                    best = s.scores(logits, at, before)[:, 0].argmax(-1)
-                    tok = torch.where(s.argmax_mask, best, tok)
+            tok, q = pick(s, logits, at, before, None if u is None else u[:, i])
+            if q is not None:
                 qs.append(q)
             out.append(tok)
             if i < k - 1:

@@ -19,16 +19,20 @@ from .tokenizer import train_tokenizer
 from .trainer import TrainConfig, lm_loss, train
 
 DEFAULTS = {"target": dict(tokens=6_000_000, minutes=100, lr=1e-3),
+            "eagle": dict(tokens=2_000_000, minutes=45, lr=1e-3),
             "draft": dict(tokens=12_000_000, minutes=30, lr=2e-3),
             "distill": dict(tokens=3_000_000, minutes=20, lr=5e-4)}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="train the tokenizer, target, draft or distilled draft")
-    p.add_argument("what", choices=["tokenizer", "target", "draft", "distill"])
+    p = sub.add_parser("train", help="train the tokenizer, target, draft, distilled draft or feature head")
+    p.add_argument("what", choices=["tokenizer", "target", "draft", "distill", "eagle"])
     p.add_argument("--out", type=Path, help="checkpoint directory (default models/<what>)")
     p.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer.json"))
-    p.add_argument("--target", type=Path, default=Path("models/target"), help="teacher for distill")
+    p.add_argument("--target", type=Path, default=Path("models/target"),
+                   help="teacher for distill; the frozen target of eagle")
+    p.add_argument("--mtp", type=Path, metavar="DIR",
+                   help="eagle: also write the head as MTP layers into a copy of --target in DIR")
     p.add_argument("--init", type=Path, help="start from this checkpoint's weights (a warm start; for "
                    "distill the student, default models/draft)")
     p.add_argument("--corpus", choices=CORPORA, default="extended",
@@ -68,6 +72,8 @@ def run(args) -> int:
     tc = TrainConfig(tokens=args.tokens or d["tokens"], minutes=args.minutes or d["minutes"],
                      lr=args.lr or d["lr"], threads=args.threads, seed=args.seed)
     out = args.out or Path("models") / ("draft-distill" if args.what == "distill" else args.what)
+    if args.mtp is not None and args.what != "eagle":
+        raise ConfigError("--mtp goes with `specdec train eagle`")
     work = args.work or cache_dir() / f"train-{args.what}"
     saved = (work / "state.pt").exists()
     if saved != args.resume:
@@ -75,6 +81,11 @@ def run(args) -> int:
                           if saved else f"--resume: no saved run in {work}")
     stream = token_stream(tok, args.corpus)
     batches = Batches(stream, tc.batch, tc.seq_len, tc.seed)
+    if args.what == "eagle":
+        from .eagle_command import train_head
+        state = train_head(args, tc, tok, batches, work, out)
+        print(json.dumps({"out": str(out), **state}))
+        return 0
     if args.what == "distill":
         from .distill import distill_loss, mixed_batches
         teacher = load_model(args.target, prepare=False)

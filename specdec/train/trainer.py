@@ -44,8 +44,10 @@ def lr_at(cfg: TrainConfig, step: int, progress: float) -> float:
 
 def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
           loss_fn: Callable, work: Path, export: Path, tokenizer_json: Path,
-          card_fn: Callable[[dict], str] | None = None) -> dict:
-    """Train until `cfg.tokens` or `cfg.minutes` is spent; resume from `work/state.pt`."""
+          card_fn: Callable[[dict], str] | None = None,
+          export_fn: Callable[[str | None], object] | None = None) -> dict:
+    """Train until `cfg.tokens` or `cfg.minutes` is spent; resume from `work/state.pt`.
+    `export_fn(card)` writes the export (default: `model` as a checkpoint in `export`)."""
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     work.mkdir(parents=True, exist_ok=True)
@@ -67,7 +69,11 @@ def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     def save():
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, sp.with_suffix(".tmp"))
         sp.with_suffix(".tmp").replace(sp)
-        save_checkpoint(model, tokenizer_json, export, card=card_fn(state) if card_fn else None)
+        card = card_fn(state) if card_fn else None
+        if export_fn is not None:
+            export_fn(card)
+        else:
+            save_checkpoint(model, tokenizer_json, export, card=card)
 
     model.train()
     last_save, last_log, ema = time.time(), time.time(), None

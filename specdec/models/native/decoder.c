@@ -111,7 +111,8 @@ size_t sd_scratch_floats(const Model *md, int M, int max_len, int threads) {
     return (size_t)M * (2 * d + qkv + att + f2 + md->inter) + (size_t)threads * QB * (max_len + md->head_dim);
 }
 
-/* tokens, pos: (B, T) int64. Rows b use cache row row0 + b. slots, anc, tree_base: NULL (a chain:
+/* tokens, pos: (B, T) int64; embeds: NULL, or (B*T, d) floats used instead of the tokens'
+ * embeddings (a feature head's input; tokens are then not read). Rows b use cache row row0 + b. slots, anc, tree_base: NULL (a chain:
  * input m writes its K/V at pos[m] and sees keys 0..pos[m]), or a token tree: (B, T) int64
  * slots where each input's K/V go, (B, T) uint64 ancestor masks over the MAX_TREE slots from
  * tree_base (B,) on (attention.h). out: (B*T, V) logits, or
@@ -120,7 +121,7 @@ size_t sd_scratch_floats(const Model *md, int M, int max_len, int threads) {
  * needs no tensor op after the forward). Returns 0, or a negative code for an argument the
  * caller should have refused (-1 position or slot out of range, -2 token id, -4 a tree slot outside
  * [tree_base, tree_base + MAX_TREE)). */
-int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tokens,
+int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tokens, const float *embeds,
                const int64_t *pos, const int64_t *slots, const uint64_t *anc, const int64_t *tree_base,
                int row0, int layers, int want_logits, float *out, int64_t *argmax, float *scratch,
                int threads) {
@@ -129,7 +130,7 @@ int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tok
     int nq = (H + 2 * Hkv) * D;
     for (int m = 0; m < M; m++) {
         if (pos[m] < 0 || pos[m] >= c->max_len || pos[m] >= md->rope_len) return -1;
-        if (tokens[m] < 0 || tokens[m] >= md->vocab) return -2;
+        if (!embeds && (tokens[m] < 0 || tokens[m] >= md->vocab)) return -2;
         if (slots && (slots[m] < 0 || slots[m] >= c->max_len)) return -1;
         if (anc && (!slots || !tree_base || slots[m] < tree_base[m / T] || slots[m] >= tree_base[m / T] + MAX_TREE))
             return -4;
@@ -142,7 +143,8 @@ int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tok
     {
         #pragma omp for schedule(static)
         for (int m = 0; m < M; m++)
-            for (int i = 0; i < d; i++) x[(size_t)m * d + i] = md->embed[(size_t)tokens[m] * d + i];
+            for (int i = 0; i < d; i++)
+                x[(size_t)m * d + i] = embeds ? embeds[(size_t)m * d + i] : md->embed[(size_t)tokens[m] * d + i];
         for (int l = 0; l < layers; l++) {
             rmsnorm_rows(x, md->in_norm[l], h, M, d, md->eps);
             lin(h, M, d, md->qkv[l], md->qkv_s, l, md->qkv_bias[l], nq, qkv, 0);
@@ -194,7 +196,7 @@ int sd_draft_argmax(const Model *md, const Cache *c, int B, int64_t *tokens, con
     int64_t pos[B];
     for (int s = 0; s < steps; s++) {
         for (int b = 0; b < B; b++) pos[b] = pos0[b] + s;
-        int rc = sd_forward(md, c, B, 1, tokens, pos, NULL, NULL, NULL, 0, layers, 1, logits, tokens, scratch, threads);
+        int rc = sd_forward(md, c, B, 1, tokens, NULL, pos, NULL, NULL, NULL, 0, layers, 1, logits, tokens, scratch, threads);
         if (rc) return rc;
         for (int b = 0; b < B; b++) out[(size_t)b * steps + s] = tokens[b];
     }
@@ -216,7 +218,7 @@ int sd_draft_sample(const Model *md, const Cache *c, int B, int T0, const int64_
         int T = s ? 1 : T0;
         for (int b = 0; b < B; b++)
             for (int j = 0; j < T; j++) pos[b * T + j] = pos0[b] + (s ? T0 - 1 + s : j);
-        int rc = sd_forward(md, c, B, T, s ? cur : feed, pos, NULL, NULL, NULL, 0, layers, 1, logits, NULL, scratch, threads);
+        int rc = sd_forward(md, c, B, T, s ? cur : feed, NULL, pos, NULL, NULL, NULL, 0, layers, 1, logits, NULL, scratch, threads);
         if (rc) return rc;
         #pragma omp parallel for num_threads(threads) schedule(static)
         for (int b = 0; b < B; b++) {

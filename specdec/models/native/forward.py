@@ -134,16 +134,21 @@ class NativeForward:
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                  num_layers: int | None = None, hidden_only: bool = False,
                  argmax_out: torch.Tensor | None = None, tree=None,
-                 hidden_out: torch.Tensor | None = None) -> torch.Tensor:
+                 hidden_out: torch.Tensor | None = None, embeds: torch.Tensor | None = None) -> torch.Tensor:
         """tree: None (a chain), or a models.tree.TreeAttention (slots and ancestor masks).
         hidden_out: None, or (B, T, hidden) receiving the final normed hidden states, copied
-        from the scratch rows the head read them from (decoder.c: h follows x)."""
+        from the scratch rows the head read them from (decoder.c: h follows x). embeds: None,
+        or (B, T, hidden) floats read instead of the token embeddings."""
         B, T = tokens.shape
         c = self.model.config
         if B > cache.num_rows:
             raise ValueError(f"batch of {B} rows exceeds the cache's {cache.num_rows}")
         tokens = tokens.to(torch.long).contiguous()
         positions = positions.to(torch.long).contiguous()
+        if embeds is not None:
+            embeds = embeds.to(torch.float32).contiguous()
+            if embeds.shape != (B, T, c.hidden_size):
+                raise ValueError(f"embeds of shape {tuple(embeds.shape)}; expected {(B, T, c.hidden_size)}")
         if tree is not None:
             slots, anc, base = (t.to(torch.long).contiguous() for t in (tree.slots, tree.ancestors, tree.base))
         width = c.hidden_size if hidden_only else c.vocab_size
@@ -154,7 +159,7 @@ class NativeForward:
             scratch = self._prepare(B * T, cache, threads)
             rc = self.lib.sd_forward(
                 ctypes.byref(self.struct), ctypes.byref(cs), B, T, _P(tokens.data_ptr()),
-                _P(positions.data_ptr()), _P(slots.data_ptr()) if tree is not None else None,
+                _P(embeds.data_ptr()) if embeds is not None else None, _P(positions.data_ptr()), _P(slots.data_ptr()) if tree is not None else None,
                 _P(anc.data_ptr()) if tree is not None else None,
                 _P(base.data_ptr()) if tree is not None else None, 0, num_layers or c.num_hidden_layers,
                 int(not hidden_only),

@@ -1,0 +1,173 @@
+"""`eagle` and `mtp`: a feature head drafts from the target's own hidden states.
+
+One implementation, two sources of weights (models/head_loader.py): an EAGLE head trained on
+the frozen target, or the MTP layer a checkpoint carries. Head entry j reads token j and the
+feature of position j-1 (models/feature_head.py) and is cached in the head's own one-layer KV
+cache at position j. Per row:
+
+    head cache: entries 0..L-1, each built from a verified feature (the target's)
+    pending:    the target's features of positions L-1 .. n-1 (n = the pending token's
+                position), handed over by take_features, not yet fed
+    propose:    feed entries L..n (one forward), then k-1 steps that feed each draft with the
+                head's own output as its feature; rollback drops those k-1 entries (their
+                features were the head's, not the target's), whatever was accepted
+"""
+from __future__ import annotations
+
+import torch
+
+from ..batch import Batch, prompt_runs
+from ..costs.key import CostKey
+from ..errors import ConfigError
+from ..models.feature_head import FeatureHead, head_decoder
+from .base import Draft, Proposer, register
+from .picking import pick
+
+
+class FeatureHeadProposer(Proposer):
+    uses_features = True
+
+    def __init__(self, target, head: FeatureHead, rows: int, max_len: int, name: str = "eagle"):
+        self.target, self.head, self.name = target, head, name
+        self.decoder = head_decoder(head, target.lm_head.dense_weight())
+        if target.kernel is not None:
+            self.decoder.prepare(target.kernel)         # the target's kernel: nothing is measured here
+        self.vocab = head.draft_vocab.to(target.device)                                # (N,) token ids
+        self.full = head.config.draft_vocab_size == target.config.vocab_size and bool(
+            (self.vocab == torch.arange(len(self.vocab), device=target.device)).all())
+        self.cache = self.decoder.new_cache(rows, max_len)
+        self.pending: dict[int, torch.Tensor] = {}      # row -> (m, d) target features not yet fed
+        self._committed: list[int] | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def take_features(self, rows, features):
+        for row, f in zip(rows, features):
+            old = self.pending.get(row)
+            self.pending[row] = f if old is None else torch.cat([old, f])
+
+    def start(self, row, seq):
+        self.start_rows([row], [seq])
+
+    def start_rows(self, rows, seqs):
+        """Cache entries 0..P-1 of each prompt (token j with the feature of j-1; zeros before
+        the first), one forward per run of equal lengths; the last feature stays pending."""
+        d = self.head.config.hidden_size
+        prompts = [seq.token_ids[:-1] for seq in seqs]     # the first output token is pending
+        for i, j in prompt_runs([len(p) for p in prompts]):
+            rs = rows[i:j]
+            for row in rs:
+                self.cache.reset(row)
+            P = len(prompts[i])
+            feats = [self.pending[r] for r in rs]                                       # (P, d) each
+            if any(f.shape[0] != P for f in feats):
+                raise ValueError("a prompt's features do not match its length")
+            prev = torch.stack([torch.cat([f.new_zeros(1, d), f[:-1]]) for f in feats])  # (n, P, d)
+            toks = torch.tensor(prompts[i:j], dtype=torch.long, device=self.target.device)  # (n, P)
+            with torch.inference_mode():
+                self._forward(toks, prev, None, self.cache.rows(rs[0], rs[-1] + 1))
+            for r, f in zip(rs, feats):
+                self.cache.advance(r, P)
+                self.pending[r] = f[-1:]
+
+    def move_row(self, src, dst):
+        self.cache.move_row(src, dst)
+        if src in self.pending:
+            self.pending[dst] = self.pending.pop(src)
+        else:
+            self.pending.pop(dst, None)
+
+    def finish(self, row):
+        self.cache.reset(row)
+        self.pending.pop(row, None)
+
+    # ---- drafting ------------------------------------------------------------------------
+    def _forward(self, tokens, feats, positions, cache, hidden=None):
+        """The head over entries (tokens (B, T), features (B, T, d)) at `positions` (default
+        0..T-1) -> logits over the draft vocabulary (B, T, N); `hidden` (B, T, d) gets the
+        head's outputs (the next entries' features)."""
+        B, T = tokens.shape
+        if positions is None:
+            positions = torch.arange(T, device=tokens.device).expand(B, T).contiguous()
+        x = self.head.embed_features(self.target.model.embed_tokens(tokens), feats)    # (B, T, d)
+        return self.decoder(tokens, positions, cache, embeds=x, hidden_out=hidden)
+
+    def _full(self, logits):
+        """(B, T, N) draft-vocabulary logits -> (B, T, V), -inf outside the draft vocabulary."""
+        if self.full:
+            return logits
+        out = logits.new_full((*logits.shape[:-1], self.target.config.vocab_size), float("-inf"))
+        out[..., self.vocab] = logits
+        return out
+
+    @torch.inference_mode()
+    def propose(self, context: Batch, k: int) -> Draft:
+        B, dev, d = len(context), self.target.device, self.head.config.hidden_size
+        lens = self.cache.lengths
+        feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]
+        for b, f in enumerate(feeds):
+            if self.pending.get(b) is None or len(f) != self.pending[b].shape[0]:
+                raise RuntimeError(f"row {b}: {len(f)} entries to feed but "
+                                   f"{0 if self.pending.get(b) is None else self.pending[b].shape[0]} features")
+        T = max(len(f) for f in feeds)
+        tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)  # (B, T)
+        feats = torch.stack([torch.cat([self.pending.pop(b), self.pending_pad(T - len(f))])
+                             for b, f in enumerate(feeds)])                                      # (B, T, d)
+        start = torch.tensor(lens[:B], device=dev)
+        positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
+        hidden = torch.empty(B, T, d)
+        logits = self._forward(tokens, feats, positions, self.cache, hidden)                    # (B, T, N)
+        last = torch.tensor([len(f) - 1 for f in feeds], device=dev)
+        for b, f in enumerate(feeds):
+            self.cache.advance(b, len(f))
+        self._committed = list(lens[:B])
+        logits = logits[torch.arange(B), last][:, None]                                         # (B, 1, N)
+        h = hidden[torch.arange(B), last][:, None]                                              # (B, 1, d)
+        s, first = context.sampling, [len(seq.token_ids) for seq in context]
+        u = None if s.all_argmax else s.uniforms(k)                                            # (B, k)
+        greedy = s.all_argmax and not s.any_coupled and not s.processed
+        out, qs = [], []
+        for i in range(k):
+            if greedy:                                  # argmax within the draft vocabulary
+                tok = self.vocab[logits[:, 0].argmax(-1)]
+            else:
+                before = torch.stack(out, 1) if out and s.processed else None
+                tok, q = pick(s, self._full(logits), [[t + i] for t in first], before, None if u is None else u[:, i])
+                if q is not None:
+                    qs.append(q)
+            out.append(tok)
+            if i < k - 1:
+                pos = torch.tensor([[min(t - 1 + i + 1, self.cache.max_len - 1)] for t in first], device=dev)
+                nxt = torch.empty(B, 1, d)
+                logits = self._forward(tok[:, None], h, pos, self.cache, nxt)                   # (B, 1, N)
+                h = nxt
+                for b in range(B):
+                    self.cache.advance(b, 1)
+        tokens = torch.stack(out, 1) if out else torch.zeros(B, 0, dtype=torch.long, device=dev)
+        return Draft(tokens=tokens, probs=torch.stack(qs, 1) if qs else None)
+
+    def pending_pad(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, self.head.config.hidden_size)
+
+    def rollback(self, num_accepted):
+        if self._committed is None:        # no proposal this round (k = 0): nothing to drop
+            return
+        for b, n in enumerate(self._committed):
+            self.cache.truncate(b, n)
+        self._committed = None
+
+    def cost_key(self):
+        return CostKey(self.name)
+
+
+def _factory(name: str):
+    def build(target, spec, head=None, rows=1, max_len=1024, **_):
+        if head is None:
+            where = ("--head DIR (the bundled target has a bundled head)" if name == "eagle"
+                     else "a target checkpoint with MTP layers (`specdec train eagle --mtp DIR` writes one)")
+            raise ConfigError(f"method {name!r} needs a feature head: {where}")
+        return FeatureHeadProposer(target, head, rows, max_len, name=name)
+    return build
+
+
+register("eagle")(_factory("eagle"))
+register("mtp")(_factory("mtp"))

@@ -1,0 +1,118 @@
+"""The feature-head proposers, eagle and mtp: exact greedy output, the exact sampling law, the
+target's features handed over without a second pass, and one loader for both weight sources."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.batch import Batch
+from specdec.config import EngineConfig, SamplingParams, SpecConfig
+from specdec.engine import Engine
+from specdec.models.head_loader import load_head, load_mtp, save_head, write_mtp
+from specdec.models.loader import load_model, save_checkpoint
+from specdec.proposers.feature_head import FeatureHeadProposer
+from tests.conftest import TOKENIZER, make_model, random_prompts
+from tests.proposers.heads import passthrough_head, random_head
+from tests.proposers.test_exact_law import NEW, P_MIN, PROMPT, V, exact_law, p_value
+
+SUBSET = list(range(0, 64, 2)) + list(range(1, 33, 2))     # 48 of the loopy target's 64 tokens
+
+
+@pytest.fixture(scope="module")
+def heads(loopy_target, tmp_path_factory):
+    """{method: (target, head)}: an EAGLE head scoring 48 tokens, and the same layer read back as
+    the MTP layer of a checkpoint (all 64 tokens)."""
+    root = tmp_path_factory.mktemp("heads")
+    head = passthrough_head(loopy_target, 0.1, draft_vocab=SUBSET)
+    save_checkpoint(loopy_target, TOKENIZER, root / "target", dtype=torch.float32)
+    save_head(head, root / "eagle", dtype=torch.float32)
+    write_mtp(head, root / "target", root / "mtp", dtype=torch.float32)
+    target = load_model(root / "mtp")            # the MTP layer rides along, unread by the decoder
+    return {"eagle": (target, load_head(root / "eagle", target)), "mtp": (target, load_mtp(root / "mtp", target))}
+
+
+def _run(target, method, head, prompts, params, k, max_batch=16):
+    eng = Engine(target, SpecConfig(method=method, k=k), EngineConfig(max_batch=max_batch, max_model_len=128),
+                 proposer=FeatureHeadProposer(target, head, max_batch, 256, name=method) if head else None)
+    return [s.output_ids for s in eng.generate(prompts, params)], eng.metrics
+
+
+@pytest.mark.parametrize("method", ["eagle", "mtp"])
+@pytest.mark.parametrize("k", [1, 3, 5, 8])
+def test_greedy_identity_200_prompts(heads, method, k):
+    target, head = heads[method]
+    prompts = random_prompts(200, seed=k, vocab=64)
+    params = SamplingParams(max_new_tokens=24, ignore_eos=True)
+    plain, _ = _run(target, "none", None, prompts, params, 0)
+    out, m = _run(target, method, head, prompts, params, k)
+    assert out == plain
+    assert 0 < m.num_accepted_tokens < m.num_draft_tokens        # acceptances and rejections, ragged
+
+
+def test_the_mtp_layer_is_the_eagle_head(heads):
+    """One module, two sources: the same weights; only the draft vocabulary differs."""
+    (_, eagle), (_, mtp) = heads["eagle"], heads["mtp"]
+    assert eagle.weights().keys() == mtp.weights().keys()
+    assert all(torch.equal(eagle.weights()[n], mtp.weights()[n]) for n in eagle.weights())
+    assert eagle.draft_vocab.tolist() == SUBSET and mtp.draft_vocab.tolist() == list(range(64))
+
+
+def test_drafts_stay_in_the_draft_vocabulary(heads):
+    target, head = heads["eagle"]
+    eng = Engine(target, SpecConfig(method="eagle", k=4), EngineConfig(max_batch=4, max_model_len=128),
+                 proposer=FeatureHeadProposer(target, head, 4, 256))
+    seen = []
+    eng.on_round = lambda r: seen.extend(t for row in r.emitted for t in row[:-1])   # accepted drafts
+    eng.generate(random_prompts(8, seed=3, vocab=64), SamplingParams(max_new_tokens=24, ignore_eos=True))
+    assert seen and set(seen) <= set(SUBSET)
+
+
+def test_the_first_draft_reads_the_prompts_features(heads):
+    """After admission the head's first draft is its prediction from the target's own features
+    of the prompt (computed here by a separate full forward): nothing is lost in the handover."""
+    target, head = heads["eagle"]
+    prompt = random_prompts(1, seed=5, lo=12, hi=13, vocab=64)[0]
+    with torch.inference_mode():
+        hid = torch.empty(1, len(prompt), target.config.hidden_size)
+        first = target.eager(torch.tensor([prompt]), torch.arange(len(prompt))[None], None, hidden_out=hid)[0, -1].argmax()
+        seq = prompt + [int(first)]
+        feats = torch.cat([torch.zeros(1, 1, hid.shape[-1]), hid], 1)                    # features of j-1
+        x = head.embed_features(target.model.embed_tokens(torch.tensor([seq])), feats)
+        prop = FeatureHeadProposer(target, head, 1, 64)
+        y = prop.decoder.eager(torch.tensor([seq]), torch.arange(len(seq))[None], None, embeds=x)    # (1, T, N)
+    want = head.draft_vocab[y[0, -1].argmax()]
+    eng = Engine(target, SpecConfig(method="eagle", k=1), EngineConfig(max_batch=1, max_model_len=64),
+                 proposer=FeatureHeadProposer(target, head, 1, 128))
+    eng.add_request(prompt, SamplingParams(max_new_tokens=3, ignore_eos=True))
+    eng.step()                                                          # admission: the first token
+    assert eng.running[0].token_ids == seq
+    got = eng.proposer.propose(Batch(eng.running, eng._batch_sampling()), 1)
+    assert int(got.tokens[0, 0]) == int(want)
+
+
+# ---- the sampling law (V = 5) ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small():
+    target = make_model(3, std=0.5, vocab=V)
+    return target, random_head(target, seed=1, draft_vocab=[0, 2, 3])      # q = 0 on tokens 1 and 4
+
+
+@pytest.mark.parametrize("method,T,top_k,top_p", [
+    ("eagle", 0.7, 0, 1.0), ("eagle", 1.0, 0, 1.0), ("eagle", 1.3, 0, 1.0), ("eagle", 1.0, 3, 1.0),
+    ("eagle", 1.0, 0, 0.8), ("mtp", 1.0, 2, 0.9),
+])
+def test_sampling_follows_the_exact_law(small, method, T, top_k, top_p):
+    target, head = small
+    if method == "mtp":
+        head = random_head(target, seed=1)                   # the same weights, the full vocabulary
+    n = 20000
+    eng = Engine(target, SpecConfig(method=method, k=2), EngineConfig(max_batch=256, max_model_len=32),
+                 proposer=FeatureHeadProposer(target, head, 256, 64, name=method))
+    params = [SamplingParams(temperature=T, top_k=top_k, top_p=top_p, seed=i, max_new_tokens=NEW, ignore_eos=True)
+              for i in range(n)]
+    seqs = eng.generate([PROMPT] * n, params)
+    m = eng.metrics
+    assert 0 < m.num_accepted_tokens < m.num_draft_tokens
+    idx = torch.tensor([a * V * V + b * V + c for s in seqs for a, b, c in [s.output_ids]])
+    assert p_value(torch.bincount(idx, minlength=V ** 3).double(), exact_law(target, T, top_k, top_p)) > P_MIN
