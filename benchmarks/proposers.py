@@ -5,7 +5,7 @@
 For each workload (code, prose, grounded, random; specdec.analysis.workloads), each
 sampling mode (greedy, and with `--temperatures` each temperature under each of
 `--couplings`: standard rejection sampling, or the drafter-invariant coupling) and each
-method (none = plain, draft, ngram, suffix, layerskip, auto; a method may carry its own k as
+method (none = plain, draft, ngram, suffix, layerskip, eagle, auto; a method may carry its own k as
 `draft@6`, and `tree16@4` is the draft model's token tree of 16 nodes and depth 4) it decodes the same prompts
 with the bundled models and records acceptance rate, mean acceptance length, tokens/s
 (output tokens / wall time of the whole generate call, prefill included), the speed-up
@@ -33,10 +33,10 @@ from specdec.analysis.workloads import WORKLOADS, load_workload
 from specdec.costs.cache import _cpu_name
 from specdec.commands.common import _k
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
-from specdec.defaults import default_draft, default_target
+from specdec.defaults import default_draft, default_head, default_target
 from specdec.build import Models, load_models, make_engine
 
-METHODS = ("none", "draft", "ngram", "suffix", "layerskip", "auto")
+METHODS = ("none", "draft", "ngram", "suffix", "layerskip", "eagle", "auto")
 SEED = 1234        # request i is seeded SEED + i, so every method and repeat samples alike
 
 
@@ -57,7 +57,8 @@ def run_once(models, label: str, k, prompts, new_tokens: int, options: dict, mod
     longest = max(len(p) for p in prompts) + new_tokens + 1
     cfg = EngineConfig(max_batch=batch, max_model_len=min(longest, models.target.config.max_position_embeddings))
     draft = models.draft if method in ("draft", "auto") else None
-    eng = make_engine(Models(models.target, models.tokenizer, draft), spec, cfg)
+    head = models.head if method in ("eagle", "auto") else None
+    eng = make_engine(Models(models.target, models.tokenizer, draft, head=head), spec, cfg)
     _, temperature, coupling = mode
     params = [SamplingParams(max_new_tokens=new_tokens, ignore_eos=True, temperature=temperature,
                              seed=SEED + i, coupling=coupling) for i in range(len(prompts))]
@@ -68,7 +69,8 @@ def run_once(models, label: str, k, prompts, new_tokens: int, options: dict, mod
     out = {"tokens": sum(s.num_output for s in seqs), "wall_s": wall,
            "tokens_per_s": sum(s.num_output for s in seqs) / wall,
            "acceptance_rate": m.acceptance_rate, "mean_acceptance_length": m.mean_acceptance_length,
-           "repetition": mean_repetition([s.output_ids for s in seqs]), "outputs": [s.output_ids for s in seqs]}
+           "repetition": mean_repetition([s.output_ids for s in seqs]), "outputs": [s.output_ids for s in seqs],
+           "per_position": [a / m.num_drafts for a in m.accepted_per_pos] if m.num_drafts else []}
     if hasattr(eng.proposer, "share"):
         out["arm_share"] = eng.proposer.share()
     return out
@@ -93,6 +95,7 @@ def bench_workload(models, name: str, prompts, methods, k, new_tokens, repeats, 
             "mean_acceptance_length": statistics.median(x["mean_acceptance_length"] for x in rs),
             "identical_to_plain": all(x["outputs"] == p["outputs"] for x, p in zip(rs, plain)) if exact else None,
             "repetition": statistics.median(x["repetition"] for x in rs),
+            "per_position": [statistics.median(col) for col in zip(*(x["per_position"] for x in rs))],
             "repeats": [{kk: v for kk, v in x.items() if kk != "outputs"} for x in rs],
         }
     return res
@@ -138,6 +141,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--target", type=Path, default=None, help="default: the bundled target")
     p.add_argument("--draft", type=Path, default=None, help="default: the bundled draft")
+    p.add_argument("--head", type=Path, default=None, help="eagle's head (default: the bundled head)")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--k", type=_k, default=4)
@@ -155,8 +159,9 @@ def main(argv=None) -> int:
     if a.quick:
         a.n, a.new_tokens, a.repeats, a.prompt_tokens = 1, 16, 1, 48
     torch.set_num_threads(a.threads)
-    models = load_models(a.target or default_target(), a.draft or default_draft(), threads=a.threads)
-    methods = [m for m in a.methods.split(",") if m]
+    head = a.head or (default_head() if a.target is None else None)
+    models = load_models(a.target or default_target(), a.draft or default_draft(), threads=a.threads, head=head)
+    methods = [m for m in a.methods.split(",") if m and (m != "eagle" or models.head is not None)]
     if "none" not in methods:
         methods.insert(0, "none")
     options = {"ngram_min": 1, "ngram_max": 4}
@@ -174,6 +179,7 @@ def main(argv=None) -> int:
             print(f"{key}: " + ", ".join(f"{m} {r['speedup']:.2f}x" for m, r in results[key].items()), flush=True)
     meta = {"k": a.k, "n": a.n, "batch": a.batch, "new_tokens": a.new_tokens, "repeats": a.repeats, "threads": a.threads,
             "prompt_tokens": a.prompt_tokens, "target": str(models.target_path), "draft": str(models.draft_path),
+            "head": str(head) if models.head is not None else None,
             "torch": torch.__version__, "machine": platform.machine(), "cpu": _cpu_name(), "quick": a.quick,
             "command": "python benchmarks/proposers.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     a.out.mkdir(parents=True, exist_ok=True)

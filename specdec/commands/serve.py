@@ -12,7 +12,7 @@ import signal
 import threading
 from pathlib import Path
 
-from ..defaults import default_draft, default_target
+from ..defaults import default_draft, default_head, default_target
 from ..errors import ConfigError
 from .common import add_load_args, load_kwargs, add_method_args, spec_from_args
 
@@ -67,7 +67,10 @@ def run(args) -> int:
     draft = args.draft if args.draft or args.target else default_draft()
     if args.method not in (None, "draft") and args.draft is None:
         draft = None
-    models = load_models(target, draft, **load_kwargs(args))
+    load = load_kwargs(args)
+    if load["head"] is None and args.target is None and args.method not in ("eagle", "mtp"):
+        load["head"] = default_head()      # the bundled pair's head: requests may ask for eagle
+    models = load_models(target, draft, **load)
     spec = spec_from_args(args, has_draft=models.draft is not None)
     context = args.max_model_len or models.target.config.max_position_embeddings
     require_cache_memory(models, resolve_spec(models.target, spec), EngineConfig(max_batch=args.max_batch,

@@ -108,6 +108,7 @@ class FeatureHead(DecoderLayer):
         self.eh_proj = Linear(2 * d, d, bias=False)
         self.shared_head = SharedHead(lc)
         self.register_buffer("draft_vocab", torch.arange(cfg.draft_vocab_size))
+        self.source = "eagle"         # "mtp" when read from a checkpoint's MTP layers (head_loader.py)
 
     def embed_features(self, embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """embeds (B, T, d) of tokens j, features (B, T, d) of positions j-1 -> layer input (B, T, d)."""

@@ -95,7 +95,9 @@ def load_head(path: str | Path, target: LlamaModel, target_path: str | Path | No
     check_compatible(cfg, target.config, sha, f"the head in {path}")
     if not (path / "model.safetensors").is_file():
         raise CheckpointError(f"no model.safetensors in {path}")
-    return _build(cfg, _read(path / "model.safetensors"), path)
+    head = _build(cfg, _read(path / "model.safetensors"), path)
+    head.source = "eagle"
+    return head
 
 
 def load_mtp(target_path: str | Path, target: LlamaModel) -> FeatureHead:
@@ -114,7 +116,9 @@ def load_mtp(target_path: str | Path, target: LlamaModel) -> FeatureHead:
     cfg = HeadConfig.for_target(target.config)
     if "mlp.gate_proj.weight" in sd:                  # the layer's own width may differ from the target's
         cfg = HeadConfig(**{**cfg.__dict__, "intermediate_size": sd["mlp.gate_proj.weight"].shape[0]})
-    return _build(cfg, sd, path)
+    head = _build(cfg, sd, path)
+    head.source = "mtp"
+    return head
 
 
 def write_mtp(head: FeatureHead, target_path: str | Path, out: str | Path, dtype=torch.float16) -> Path:

@@ -165,6 +165,10 @@ def _factory(name: str):
             where = ("--head DIR (the bundled target has a bundled head)" if name == "eagle"
                      else "a target checkpoint with MTP layers (`specdec train eagle --mtp DIR` writes one)")
             raise ConfigError(f"method {name!r} needs a feature head: {where}")
+        if head.source != name:
+            raise ConfigError(f"method {name!r} got {'MTP layers' if head.source == 'mtp' else 'an EAGLE head'}: "
+                              + ("--method mtp reads the target checkpoint's own" if name == "mtp"
+                                 else "name an EAGLE head with --head DIR"))
         return FeatureHeadProposer(target, head, rows, max_len, name=name)
     return build
 

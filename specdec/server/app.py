@@ -23,13 +23,13 @@ from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..build import Models
 from ..engine.validation import check_params
 from ..errors import ConfigError, PromptError
-from ..proposers import available as available_methods
 from . import protocol as P
 from .metrics import ServerMetrics
 from .choices import Choice, choice_seed, collect, logprobs_since, sse, usage
 from .events import HTTPError, abort_on_disconnect
 from .text import ChatFormatter, TextStream
 from .handle import Handle, QueueFull, ShuttingDown
+from .speculation import request_spec
 from .worker import Worker
 
 
@@ -186,29 +186,6 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             first = str(e).split(" ")[0]       # the messages start with the field they are about
             raise HTTPError(400, str(e), param=first if first in type(req).model_fields else None)
 
-    def spec_key(req) -> tuple:
-        if req.speculative is not None and not cfg.allow_request_speculation:
-            raise HTTPError(400, "per-request speculation is turned off on this server "
-                                 "(--no-allow-request-speculation)", param="speculative")
-        opts = req.speculative or P.SpeculativeOptions()
-        method, k = opts.method or cfg.spec.method, cfg.spec.k if opts.k is None else opts.k
-        if opts.method is not None and opts.k is None and k == 0 and method != "none":   # asked, k left open
-            k = "auto"
-        tree = cfg.spec.tree if opts.tree is None else 0 if opts.tree == "off" else opts.tree
-        if method == "none" or k == 0:
-            return ("none", 0, 0)
-        if method not in available_methods():
-            raise HTTPError(400, f"unknown speculative method {method!r}; choose one of "
-                                 f"{', '.join(available_methods())}", param="speculative.method")
-        if method == "draft" and models.draft is None:
-            raise HTTPError(400, "speculative method 'draft' needs a draft model; start the server "
-                                 "with --draft DIR", param="speculative.method")
-        try:
-            SpecConfig(method=method, k=k, k_max=cfg.spec.k_max, tree=tree)
-        except ConfigError as e:
-            raise HTTPError(400, str(e), param="speculative.tree" if "tree" in str(e) else "speculative.k")
-        return (method, k, tree)
-
     def submit(ids: list[int], params: SamplingParams, key) -> Handle:
         try:
             return worker.submit(ids, params, key, asyncio.get_running_loop())
@@ -226,7 +203,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             raise HTTPError(400, f"{len(prompts)} prompt(s) x n = {req.n} asks for {total} completions; "
                                  f"this server queues at most {cfg.max_queue}", param="n")
         params = [sampling(req, max_tokens, len(ids)) for ids in prompts]
-        key, echo_on = spec_key(req), getattr(req, "echo", False)
+        key, echo_on = request_spec(req, cfg, models), getattr(req, "echo", False)
         choices: list[Choice] = []
         try:
             for i, ids in enumerate(prompts):

@@ -114,3 +114,22 @@ def test_a_request_may_ask_for_a_token_tree(tiny_models):
             assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
         wait_idle(app)
         assert app.state.worker.leaks() == []
+
+
+def test_a_request_may_ask_for_eagle_when_the_server_has_a_head(tiny_models, tiny_target):
+    """Per request: eagle runs on the server's head and says what plain says under greedy; a
+    server without one answers 400 naming the field, as it does for mtp without MTP layers."""
+    from dataclasses import replace
+    from tests.proposers.heads import random_head
+    with_head = replace(tiny_models, head=random_head(tiny_target, seed=3, draft_vocab=list(range(500))))
+    body = {"prompt": "def f(x):", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    with live_server(with_head, spec=SpecConfig(method="none", k=0), model_name="tiny") as (url, app):
+        plain = httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+        r = httpx.post(url + "/v1/completions", json={**body, "speculative": {"method": "eagle", "k": 3}}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"] == plain and r.json()["usage"]["draft_tokens"] > 0
+        r = httpx.post(url + "/v1/completions", json={**body, "speculative": {"method": "mtp", "k": 3}}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "speculative.method"
+    with live_server(tiny_models, spec=SpecConfig(method="none", k=0), model_name="tiny") as (url, app):
+        r = httpx.post(url + "/v1/completions", json={**body, "speculative": {"method": "eagle", "k": 3}}, timeout=60)
+        assert r.status_code == 400 and "--head" in r.json()["error"]["message"]
