@@ -15,6 +15,7 @@ cache at position j. Per row:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..batch import Batch, prompt_runs
 from ..costs.key import CostKey
@@ -35,6 +36,13 @@ class FeatureHeadProposer(Proposer):
         self.vocab = head.draft_vocab.to(target.device)                                # (N,) token ids
         self.full = head.config.draft_vocab_size == target.config.vocab_size and bool(
             (self.vocab == torch.arange(len(self.vocab), device=target.device)).all())
+        # eh_proj([enorm(e), hnorm(f)]) = A e' + B hnorm(f): the token half is a table (V, d),
+        # computed once, so a draft step's input is a lookup, one fused norm and one linear
+        d = head.config.hidden_size
+        with torch.no_grad():
+            w = head.eh_proj.dense_weight().detach()                                     # (d, 2d)
+            self._token_part = F.linear(head.enorm(target.model.embed_tokens.weight.detach()), w[:, :d])
+            self._feature_proj = w[:, d:].contiguous()                                   # (d, d)
         self.cache = self.decoder.new_cache(rows, max_len)
         self.pending: dict[int, torch.Tensor] = {}      # row -> (m, d) target features not yet fed
         self._committed: list[int] | None = None
@@ -88,7 +96,9 @@ class FeatureHeadProposer(Proposer):
         B, T = tokens.shape
         if positions is None:
             positions = torch.arange(T, device=tokens.device).expand(B, T).contiguous()
-        x = self.head.embed_features(self.target.model.embed_tokens(tokens), feats)    # (B, T, d)
+        hn = self.head.hnorm
+        x = self._token_part[tokens] + F.linear(F.rms_norm(feats, hn.weight.shape, hn.weight, hn.eps),
+                                                self._feature_proj)                     # (B, T, d)
         return self.decoder(tokens, positions, cache, embeds=x, hidden_out=hidden)
 
     def _full(self, logits):

@@ -126,7 +126,7 @@ def test_make_policy_measures_the_cost_table_once_and_caches_it(tiny_target, tin
     def timer(key, b, ks, sampled):
         timed.append((b, sampled, tuple(ks)))
         return {k: (0.01 * b + 0.002 * k, 64.0) for k in ks}
-    monkeypatch.setattr(build, "round_timer", lambda target, spec, draft=None: timer)
+    monkeypatch.setattr(build, "round_timer", lambda target, spec, draft=None, **kw: timer)
     spec = SpecConfig(method="draft", k="auto", k_max=3)
     eng = make_engine(Models(tiny_target, None, tiny_draft), spec, EngineConfig(max_batch=3, max_model_len=64))
     assert sorted(timed) == [(b, s, (0, 1, 2, 3)) for b in (1, 2, 3) for s in (False, True)]
@@ -135,3 +135,28 @@ def test_make_policy_measures_the_cost_table_once_and_caches_it(tiny_target, tin
     monkeypatch.setattr(profiling, "time_forwards", lambda *a, **kw: pytest.fail("timed forwards again"))
     again = make_engine(Models(tiny_target, None, tiny_draft), spec, EngineConfig(max_batch=3, max_model_len=64))
     assert not timed and again.policy.cost.t_round(DRAFT_KEY, 2, 3, 64, sampled=True) == pytest.approx(0.026)
+
+
+def test_k_auto_times_the_feature_heads_rounds(loopy_head_models, tmp_path, monkeypatch):
+    """--k auto with eagle: the cost model's round table is timed on engines that run the head."""
+    import specdec.costs.cache as cost_cache
+    import specdec.costs.profiling as profiling
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(profiling, "time_forwards", lambda model, b, L, qs, *a, **kw: {q: 1e-3 * q for q in qs})
+    monkeypatch.setattr(cost_cache, "contended", lambda since=None: False)
+    eng = make_engine(loopy_head_models, SpecConfig(method="eagle", k="auto", k_max=2),
+                      EngineConfig(max_batch=1, max_model_len=128))
+    assert eng.proposer.name == "eagle" and isinstance(eng.policy, AdaptiveK)
+    assert eng.policy.cost.rounds, "no round was timed"
+    out = eng.generate(random_prompts(2, seed=1, vocab=64), SamplingParams(max_new_tokens=16, ignore_eos=True))
+    plain = Engine(loopy_head_models.target, SpecConfig(method="none", k=0), EngineConfig(max_model_len=128))
+    assert [s.output_ids for s in out] == [s.output_ids for s in plain.generate(
+        random_prompts(2, seed=1, vocab=64), SamplingParams(max_new_tokens=16, ignore_eos=True))]
+
+
+@pytest.fixture(scope="module")
+def loopy_head_models():
+    from tests.proposers.conftest import make_loopy
+    from tests.proposers.heads import passthrough_head
+    target = make_loopy()
+    return Models(target, None, None, head=passthrough_head(target, 0.1))
