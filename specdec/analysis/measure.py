@@ -33,6 +33,7 @@ from .extend import extend_wide
 from .interval import bootstrap, half_width, stretches
 from .predict import fit_alpha
 from .repetition import repetition_fraction
+from .compare import VS, compare_specs
 from .trees import TREE, TreeSide, tree_specs
 
 
@@ -53,6 +54,7 @@ class Plan:
     max_new_tokens: int = 32
     warmup_tokens: int = 6
     tree: int | str = 0               # a node budget or "auto": batch-1 blocks also decode trees (trees.py)
+    compare: tuple = ()               # methods batch-1 blocks also decode at each k (compare.py)
 
     def blocks(self) -> dict[tuple[str, int, float], list[int]]:
         """(workload, batch, temperature) -> sorted ks."""
@@ -166,6 +168,7 @@ class CellResult:
     extra_groups: int = 0                            # groups added because the interval was wide
     coupled: tuple | None = None     # ((accepted, draft lengths) standard, the same invariant): same prompts
     tree: TreeSide | None = None     # the token tree of depth k beside this chain (trees.py)
+    sides: dict = field(default_factory=dict)   # compared method -> its TreeSide record (compare.py)
 
     def add(self, plain: Run, spec: Run, context: float = 0.0) -> None:
         self.units += stretches(plain.steps, spec.steps)
@@ -224,6 +227,7 @@ class CellResult:
             "couplings": None if self.coupled is None else {
                 "standard": coupling_entry(c.k, *self.coupled[0]), "invariant": coupling_entry(c.k, *self.coupled[1])},
             "tree": None if self.tree is None else self.tree.as_dict(),
+            "compare": {m: side.as_dict() for m, side in self.sides.items()},
         }
 
 
@@ -249,7 +253,8 @@ def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
         ks, prompts = blocks[block], plan.prompts[w]
         longest = max(len(p) for p in prompts)
         max_len = min(longest + plan.max_new_tokens + 8, models.target.config.max_position_embeddings)
-        specs = {k: spec_for_k(k) for k in [0] + ks} | (tree_specs(spec_for_k, ks, plan.tree) if b == 1 else {})
+        specs = {k: spec_for_k(k) for k in [0] + ks} | (tree_specs(spec_for_k, ks, plan.tree) | compare_specs(
+            spec_for_k, ks, plan.compare) if b == 1 else {})
         if b not in warmed:  # first calls at a new batch shape pay one-off costs
             wp = [SamplingParams(max_new_tokens=plan.warmup_tokens, ignore_eos=True)] * b
             lockstep_runs(models, specs, _group_prompts(prompts, 0, b), wp, max_len, device)
@@ -268,6 +273,8 @@ def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
             if (TREE, k) in runs:
                 results[cell].tree = results[cell].tree or TreeSide(plan.tree)
                 results[cell].tree.add(runs[TREE, k], runs[k], greedy=temp == 0)
+            for m in [m for m in plan.compare if (VS, m, k) in runs]:
+                results[cell].sides.setdefault(m, TreeSide(m)).add(runs[VS, m, k], runs[k], greedy=temp == 0)
         if temp > 0 and b == 1 and g < COUPLED_GROUPS:   # the same prompts and seeds, invariant
             inv = coupled_pass(lockstep_runs, models, {k: specs[k] for k in ks}, group, params, max_len, device)
             for k in ks:

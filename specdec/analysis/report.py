@@ -17,6 +17,7 @@ from .render import to_html, to_markdown
 from .repetition import FLAG, NGRAM
 from .samples import sample_blocks
 from .summarize import measured
+from .compare import compare_blocks
 from .trees import tree_blocks
 
 CAPTIONS = {
@@ -152,6 +153,7 @@ def build_blocks(summary: dict, meta: dict) -> list:
              _rep(c), {True: "yes", False: "NO", None: "n/a"}[c["identical_to_plain"]]] for c in cells])]
     B += coupling_blocks(cells)
     B += tree_blocks(cells)
+    B += compare_blocks(cells)
     tab = summary["cost_table"]
     t11 = tab["t_s"][0][0]
     B += [("h", 2, "Costs"),

@@ -64,10 +64,12 @@ class Progress:
 
 def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, method: str, out: Path,
             bars: Progress, full: bool = False, quick: bool = False, device: str = "cpu",
-            remeasure: bool = True, threads_fixed: bool = False, tree: int | str = 0) -> dict[str, Path]:
+            remeasure: bool = True, threads_fixed: bool = False, tree: int | str = 0,
+            compare: tuple = ()) -> dict[str, Path]:
     """Run the whole analysis with settings `s` (k, batch_sizes, temperatures, repeats,
     max_new_tokens, prompt_tokens) and write the report into `out`. Returns the paths. `tree`
-    (a node budget or "auto") also decodes a token tree beside every batch-1 chain (trees.py).
+    (a node budget or "auto") also decodes a token tree beside every batch-1 chain (trees.py);
+    `compare`, other methods at each batch-1 k (compare.py).
     Unless `threads_fixed` (the user chose them), a CPU analysis uses only the threads that
     the cores other processes hold leave free (machine_load.py)."""
     t_start, load_start = time.perf_counter(), load_average()
@@ -92,7 +94,8 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
         # long-code decodes at the full context: batch 1 only (a batch of such prompts is minutes)
         sweep = ([w for w in names if w == PREDICTABLE] or names[:1]) if quick else [w for w in names if w != HARD]
         cells = plan_cells(names, s["k"], s["batch_sizes"], s["temperatures"], full=full, sweep_workloads=sweep)
-        plan = Plan(cells, prompts, groups=s["repeats"], max_new_tokens=s["max_new_tokens"], tree=tree)
+        plan = Plan(cells, prompts, groups=s["repeats"], max_new_tokens=s["max_new_tokens"], tree=tree,
+                    compare=tuple(compare))
         k_top = max(s["k"])
         probe = make_engine(models, spec_for_k(k_top), EngineConfig(max_batch=1, max_model_len=64, device=device))
         task = bars.add("measuring step costs t(b, q)", total=100)
@@ -125,6 +128,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
                 "settings": s, "workloads": names, "grid": "full" if full else "star", "quick": quick,
                 "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 "torch": torch.__version__, "costs_remeasured": remeasure, "tree": tree,
+                "compare": list(compare),
                 "machine": platform.processor() or platform.machine(),
                 "wall_s": time.perf_counter() - t_start, "cpus": os.cpu_count(),
                 "load_average": [load_start, load_average()], "cores_in_use": in_use, "busy_warning": busy,

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..analysis.remote import add_remote_args
 from ..analysis.settings import FULL, QUICK, grid_settings
 from ..analysis.workloads import ANALYSIS_WORKLOADS, load_workload, long_prompt_tokens
+from ..defaults import default_head
 from ..errors import ConfigError
 from .common import parse_tree, add_load_args, load_kwargs, add_method_args, spec_from_args
 
@@ -45,6 +46,9 @@ def add_parser(sub) -> None:
     p.add_argument("--tree", type=parse_tree, default=0, metavar="N|auto|off",
                    help="also decode a token tree of depth k (node budget N, or sized by the costs: auto) "
                         "beside every batch-1 chain, and compare them (methods draft and ngram; default off)")
+    p.add_argument("--compare", type=_list(str), default=[], metavar="M1,M2",
+                   help="also decode these methods at every batch-1 k, side by side with --method "
+                        "(e.g. draft,ngram; eagle uses --head or the bundled head)")
     p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
     p.add_argument("--temperatures", type=_list(float), help="e.g. 0,0.7,1,1.5 (the first is the base)")
     p.add_argument("--quick", action="store_true", help="small grid that finishes in about 4 minutes")
@@ -86,6 +90,18 @@ def _prompts(args, tokenizer, names, n, prompt_tokens, long_tokens) -> dict[str,
     return {w: load_workload(w, tokenizer, n=n, prompt_tokens=prompt_tokens, long_tokens=long_tokens) for w in names}
 
 
+def check_compare(methods: list[str], models) -> None:
+    """Refuse compared methods that do not exist or whose models are not loaded."""
+    from ..proposers import available
+    for m in methods:
+        if m not in available() or m in ("none", "auto"):
+            raise ConfigError(f"--compare: {m!r} is not a proposer to compare; choose among "
+                              + ", ".join(x for x in available() if x not in ("none", "auto")))
+        if (m == "draft" and models.draft is None) or (m in ("eagle", "mtp") and getattr(models.head, "source", "") != m):
+            raise ConfigError(f"--compare {m}: its model is not loaded (" + {"draft": "--draft DIR", "eagle": "--head DIR",
+                                                                              "mtp": "--method mtp"}[m] + ")")
+
+
 def run(args) -> int:
     if args.what_if_shape:
         from ..analysis.what_if import run_what_if
@@ -101,7 +117,11 @@ def run(args) -> int:
     names = list(ANALYSIS_WORKLOADS) if args.workload == "all" else [args.workload]
     with Progress(disabled=args.no_progress) as bars:
         bars.note("loading models and prompts")
-        models = load_models(target, draft, **load_kwargs(args))
+        load = load_kwargs(args)
+        if "eagle" in args.compare and load["head"] is None and args.target is None and load["method"] != "mtp":
+            load["head"] = default_head()          # the bundled target's head, for the compared eagle
+        models = load_models(target, draft, **load)
+        check_compare(args.compare, models)
         spec = spec_from_args(argparse.Namespace(**{**vars(args), "k": max(s["k"])}),
                               has_draft=models.draft is not None)
         if spec.method == "none":
@@ -118,6 +138,7 @@ def run(args) -> int:
                   else f"method `{spec.method}`")
         paths = analyze(models, prompts, spec_for_k, s, method, args.out, bars,
                         full=args.grid == "full", quick=args.quick, device=args.device,
-                        remeasure=not args.cached_costs, threads_fixed=args.threads is not None, tree=spec.tree)
+                        remeasure=not args.cached_costs, threads_fixed=args.threads is not None, tree=spec.tree,
+                        compare=args.compare)
     print(f"wrote {paths['html']}, {paths['md']} and {paths['json']}")
     return 0

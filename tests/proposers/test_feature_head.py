@@ -116,3 +116,17 @@ def test_sampling_follows_the_exact_law(small, method, T, top_k, top_p):
     assert 0 < m.num_accepted_tokens < m.num_draft_tokens
     idx = torch.tensor([a * V * V + b * V + c for s in seqs for a, b, c in [s.output_ids]])
     assert p_value(torch.bincount(idx, minlength=V ** 3).double(), exact_law(target, T, top_k, top_p)) > P_MIN
+
+
+def test_eagle_is_an_arm_of_auto(heads):
+    """auto hands the target's features to its eagle arm every round, chosen or not."""
+    from specdec.build import Models, make_engine
+    target, head = heads["eagle"]
+    prompts = random_prompts(24, seed=11, vocab=64)
+    params = SamplingParams(max_new_tokens=24, ignore_eos=True)
+    plain, _ = _run(target, "none", None, prompts, params, 0)
+    eng = make_engine(Models(target, None, None, head=head),
+                      SpecConfig(method="auto", k=3, options={"auto_arms": "eagle,ngram,none"}),
+                      EngineConfig(max_batch=8, max_model_len=128))
+    assert [s.output_ids for s in eng.generate(prompts, params)] == plain
+    assert eng.proposer.share()["eagle"] > 0 and eng.metrics.num_accepted_tokens > 0

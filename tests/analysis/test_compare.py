@@ -1,0 +1,37 @@
+"""Proposers side by side in one analysis: compared methods run in the batch-1 lockstep groups."""
+from __future__ import annotations
+
+import pytest
+
+from specdec.analysis.compare import VS, compare_blocks, compare_specs
+from specdec.analysis.measure import Cell, Plan, run_plan
+from specdec.build import Models
+from specdec.commands.analyze import check_compare
+from specdec.config import SpecConfig
+from specdec.errors import ConfigError
+from tests.conftest import random_prompts
+
+
+def test_compared_methods_run_beside_the_analyzed_one(tiny_target, tiny_draft):
+    def spec_for_k(k):
+        return SpecConfig(method="draft" if k else "none", k=k, options={"ngram_min": 1, "ngram_max": 3})
+    assert compare_specs(spec_for_k, [2], ["ngram"])[VS, "ngram", 2].method == "ngram"
+    prompts = {"code": [p * 2 for p in random_prompts(4, seed=5, hi=12)]}
+    plan = Plan([Cell("code", 2, 1, 0.0), Cell("code", 2, 2, 0.0)], prompts, groups=2, max_new_tokens=12,
+                compare=("ngram",))
+    cells = [r.as_dict() for r in run_plan(Models(tiny_target, None, tiny_draft), plan, spec_for_k)]
+    b1, b2 = cells
+    side = b1["compare"]["ngram"]
+    assert side["identical_to_chain"] is True and side["tok_s"] > 0 and side["chain_tok_s"] > 0
+    assert b2["compare"] == {}                                            # batch 1 only
+    blocks = compare_blocks(cells)
+    assert blocks[0] == ("h", 2, "Proposers side by side") and blocks[2][2][0][3] == "ngram"
+
+
+def test_compared_methods_must_exist_and_be_loaded(tiny_target):
+    models = Models(tiny_target, None, None)
+    for bad, msg in (("nope", "not a proposer"), ("auto", "not a proposer"), ("draft", "--draft"),
+                     ("eagle", "--head")):
+        with pytest.raises(ConfigError, match=msg):
+            check_compare([bad], models)
+    check_compare(["ngram", "suffix"], models)
