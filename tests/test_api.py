@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import specdec
 from specdec import LLM, CheckpointError, ConfigError, PromptError, SamplingParams, SpecdecError
@@ -95,11 +96,27 @@ def test_vllm_speculative_config(tiny_dirs):
     assert llm.generate(PROMPT, params)[0].token_ids == ngram.generate(PROMPT, params)[0].token_ids
 
 
+def test_eagle_by_name_and_by_vllm_config(tiny_dirs, tiny_target, tmp_path):
+    from specdec.models.head_loader import save_head
+    from tests.proposers.heads import random_head
+    t, _ = tiny_dirs
+    head = save_head(random_head(tiny_target, seed=5, draft_vocab=list(range(300))), tmp_path / "head",
+                     dtype=torch.float32)
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    plain = LLM(t).generate(PROMPT, params)[0].token_ids
+    by_name = LLM(t, method="eagle", k=3, head=head)
+    vllm = LLM(t, speculative_config={"method": "eagle", "model": str(head), "num_speculative_tokens": 3})
+    for llm in (by_name, vllm):
+        assert llm.spec.method == "eagle" and llm.generate(PROMPT, params)[0].token_ids == plain
+
+
 def bad_inputs(tiny_dirs, tiny_llm):
     t, d = tiny_dirs
     return {
-        "unknown method": (ConfigError, lambda: LLM(t, method="eagle")),
-        "vllm method": (ConfigError, lambda: LLM(t, speculative_config={"method": "eagle3"})),
+        "unknown method": (ConfigError, lambda: LLM(t, method="medusa")),
+        "vllm method": (ConfigError, lambda: LLM(t, speculative_config={"method": "medusa"})),
+        "eagle without a head": (ConfigError, lambda: LLM(t, method="eagle")),
+        "vllm eagle without a head": (ConfigError, lambda: LLM(t, speculative_config={"method": "eagle3"})),
         "vllm key": (ConfigError, lambda: LLM(t, speculative_config={"draft_tensor_parallel_size": 1})),
         "draft twice": (ConfigError, lambda: LLM(t, d, speculative_config={"model": d})),
         "target twice": (ConfigError, lambda: LLM(t, model=t)),
