@@ -43,6 +43,9 @@ class FeatureHeadProposer(Proposer):
             w = head.eh_proj.dense_weight().detach()                                     # (d, 2d)
             self._token_part = F.linear(head.enorm(target.model.embed_tokens.weight.detach()), w[:, :d])
             self._feature_proj = w[:, d:].contiguous()                                   # (d, d)
+        native = self.decoder.native
+        self._proj_packed = native.pack(self._feature_proj) if native is not None else None
+        self.compiled_loop = native is not None        # greedy drafts 2..k in one C call
         self.cache = self.decoder.new_cache(rows, max_len)
         self.pending: dict[int, torch.Tensor] = {}      # row -> (m, d) target features not yet fed
         self._committed: list[int] | None = None
@@ -135,6 +138,16 @@ class FeatureHeadProposer(Proposer):
         s, first = context.sampling, [len(seq.token_ids) for seq in context]
         u = None if s.all_argmax else s.uniforms(k)                                            # (B, k)
         greedy = s.all_argmax and not s.any_coupled and not s.processed
+        native = self.decoder.native
+        if greedy and self.compiled_loop and k > 1:      # drafts 2..k in one C call (decoder.c)
+            first_tok = self.vocab[logits[:, 0].argmax(-1)]                                         # (B,)
+            hn = self.head.hnorm
+            rest = native.head_draft_argmax(first_tok, h, torch.tensor(first, device=dev), k - 1, self.cache,
+                                            self._token_part, self._proj_packed, hn.weight.detach(), hn.eps,
+                                            self.vocab)                                             # (B, k-1)
+            for b in range(B):
+                self.cache.advance(b, k - 1)
+            return Draft(tokens=torch.cat([first_tok[:, None], rest], 1), probs=None)
         out, qs = [], []
         for i in range(k):
             if greedy:                                  # argmax within the draft vocabulary
