@@ -21,6 +21,7 @@ from ..batch import Batch, prompt_runs
 from ..costs.key import CostKey
 from ..errors import ConfigError
 from ..models.feature_head import FeatureHead, head_decoder
+from ..models.native.head import head_draft, pack
 from .base import Draft, Proposer, register
 from .picking import pick
 
@@ -44,7 +45,7 @@ class FeatureHeadProposer(Proposer):
             self._token_part = F.linear(head.enorm(target.model.embed_tokens.weight.detach()), w[:, :d])
             self._feature_proj = w[:, d:].contiguous()                                   # (d, d)
         native = self.decoder.native
-        self._proj_packed = native.pack(self._feature_proj) if native is not None else None
+        self._proj_packed = pack(native, self._feature_proj) if native is not None else None
         self.compiled_loop = native is not None        # greedy drafts 2..k in one C call
         self.cache = self.decoder.new_cache(rows, max_len)
         self.pending: dict[int, torch.Tensor] = {}      # row -> (m, d) target features not yet fed
@@ -138,16 +139,20 @@ class FeatureHeadProposer(Proposer):
         s, first = context.sampling, [len(seq.token_ids) for seq in context]
         u = None if s.all_argmax else s.uniforms(k)                                            # (B, k)
         greedy = s.all_argmax and not s.any_coupled and not s.processed
-        native = self.decoder.native
-        if greedy and self.compiled_loop and k > 1:      # drafts 2..k in one C call (decoder.c)
-            first_tok = self.vocab[logits[:, 0].argmax(-1)]                                         # (B,)
+        if self.compiled_loop and k > 1 and (greedy or s.temperature_only):   # drafts 2..k: one C call
+            if greedy:
+                tok0, q0 = self.vocab[logits[:, 0].argmax(-1)], None                               # (B,)
+            else:
+                tok0, q0 = pick(s, self._full(logits), [[t] for t in first], None, u[:, 0])       # (B,), (B, V)
             hn = self.head.hnorm
-            rest = native.head_draft_argmax(first_tok, h, torch.tensor(first, device=dev), k - 1, self.cache,
-                                            self._token_part, self._proj_packed, hn.weight.detach(), hn.eps,
-                                            self.vocab)                                             # (B, k-1)
+            rest, q = head_draft(self.decoder.native, tok0, h, torch.tensor(first, device=dev), k - 1, self.cache,
+                                 self._token_part, self._proj_packed, hn.weight.detach(), hn.eps, self.vocab,
+                                 None if greedy else s.temperature, None if greedy else u[:, 1:],
+                                 self.target.config.vocab_size)                           # (B, k-1), (B, k-1, V)
             for b in range(B):
                 self.cache.advance(b, k - 1)
-            return Draft(tokens=torch.cat([first_tok[:, None], rest], 1), probs=None)
+            return Draft(tokens=torch.cat([tok0[:, None], rest], 1),
+                         probs=None if greedy else torch.cat([q0[:, None], q], 1))
         out, qs = [], []
         for i in range(k):
             if greedy:                                  # argmax within the draft vocabulary

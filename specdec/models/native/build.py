@@ -97,7 +97,7 @@ def load() -> ctypes.CDLL | None:
                       "slower eager PyTorch path", RuntimeWarning, stacklevel=2)
         return None
     lib.sd_forward.restype = lib.sd_draft_argmax.restype = lib.sd_draft_sample.restype = ctypes.c_int
-    lib.sd_head_draft_argmax.restype = ctypes.c_int
+    lib.sd_head_draft.restype = ctypes.c_int
     lib.sd_scratch_floats.restype = ctypes.c_size_t
     lib.sd_packed_floats.restype = ctypes.c_size_t
     return lib

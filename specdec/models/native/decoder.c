@@ -230,20 +230,22 @@ int sd_draft_sample(const Model *md, const Cache *c, int B, int T0, const int64_
     return 0;
 }
 
-/* Greedy drafting by a feature head (models/feature_head.py) without returning to Python: the
- * head is a one-layer model md whose input is x = tok_part[token] + proj · rmsnorm(h; hnorm)
- * (its eh_proj split into a per-token table and the feature half). Each step feeds tokens (B,)
- * with features h (B, d) at pos0[b] + s, takes the argmax over the head's vocabulary, maps it
- * through vocab (N,) to a token id, and feeds the head's own normed output as the next feature.
- * tokens and h are overwritten; out (B, steps) receives the token ids. work: 2 * B * d floats;
- * logits: (B, N) scratch. Returns sd_forward's code. */
-int sd_head_draft_argmax(const Model *md, const Cache *c, int B, int64_t *tokens, float *h, const int64_t *pos0,
-                         int steps, const float *tok_part, const float *proj, const float *hnorm, float eps,
-                         const int64_t *vocab, int64_t *out, float *logits, float *work, float *scratch,
-                         int threads) {
-    int d = md->hidden;
+/* Drafting by a feature head (models/feature_head.py) without returning to Python: the head is
+ * a one-layer model md whose input is x = tok_part[token] + proj · rmsnorm(h; hnorm) (its
+ * eh_proj split into a per-token table and the feature half). Each step feeds tokens (B,) with
+ * features h (B, d) at pos0[b] + s; picks the next token over the head's vocabulary (N =
+ * md->vocab): the argmax when temperature is NULL, else sampled from q = softmax(logits /
+ * temperature[b]) at u[b, s] with q scattered through vocab into q_out (B, steps, V), which the
+ * caller zeroed; maps it through vocab (N,) to a token id, and feeds the head's own normed
+ * output as the next feature. tokens and h are overwritten; out (B, steps) receives the ids.
+ * work: (2 * d + N) * B floats; logits: (B, N). Returns sd_forward's code. */
+int sd_head_draft(const Model *md, const Cache *c, int B, int64_t *tokens, float *h, const int64_t *pos0,
+                  int steps, const float *tok_part, const float *proj, const float *hnorm, float eps,
+                  const int64_t *vocab, const float *temperature, const float *u, int V, float *q_out,
+                  int64_t *out, float *logits, float *work, float *scratch, int threads) {
+    int d = md->hidden, N = md->vocab;
     int64_t pos[B], best[B];
-    float *x = work, *hn = work + (size_t)B * d;
+    float *x = work, *hn = work + (size_t)B * d, *qs = work + 2 * (size_t)B * d;
     for (int s = 0; s < steps; s++) {
         for (int b = 0; b < B; b++) pos[b] = pos0[b] + s;
         #pragma omp parallel num_threads(threads)
@@ -254,9 +256,18 @@ int sd_head_draft_argmax(const Model *md, const Cache *c, int B, int64_t *tokens
             rmsnorm_rows(h, hnorm, hn, B, d, eps);
             linear(hn, B, d, proj, NULL, NULL, d, x, 1);
         }
-        int rc = sd_forward(md, c, B, 1, tokens, x, pos, NULL, NULL, NULL, 0, 1, 1, logits, best, scratch, threads);
+        int rc = sd_forward(md, c, B, 1, tokens, x, pos, NULL, NULL, NULL, 0, 1, 1, logits,
+                            temperature ? NULL : best, scratch, threads);
         if (rc) return rc;
         for (size_t i = 0; i < (size_t)B * d; i++) h[i] = scratch[(size_t)B * d + i];   /* h follows x */
+        if (temperature) {
+            #pragma omp parallel for num_threads(threads) schedule(static)
+            for (int b = 0; b < B; b++) {
+                float *q = qs + (size_t)b * N, *qo = q_out + ((size_t)b * steps + s) * V;
+                best[b] = sample_row(logits + (size_t)b * N, N, temperature[b], u[(size_t)b * steps + s], q);
+                for (int j = 0; j < N; j++) qo[vocab[j]] = q[j];
+            }
+        }
         for (int b = 0; b < B; b++) out[(size_t)b * steps + s] = tokens[b] = vocab[best[b]];
     }
     return 0;

@@ -220,37 +220,6 @@ class NativeForward:
         self._check(rc, cache)
         return out, q
 
-    def pack(self, weight: torch.Tensor) -> torch.Tensor:
-        """An (N, K) float weight in the decoder's panel layout (head_draft_argmax's proj)."""
-        w = weight.detach().to(torch.float32).contiguous()
-        out = torch.empty(self.lib.sd_packed_floats(*w.shape))
-        self.lib.sd_pack(_P(w.data_ptr()), w.shape[0], w.shape[1], _P(out.data_ptr()))
-        return out
-
-    def head_draft_argmax(self, first: torch.Tensor, h: torch.Tensor, pos0: torch.Tensor, steps: int,
-                          cache: KVCache, tok_part: torch.Tensor, proj: torch.Tensor, hnorm: torch.Tensor,
-                          eps: float, vocab: torch.Tensor) -> torch.Tensor:
-        """A feature head's greedy drafting in one C call (this model: the head's one-layer
-        decoder, fed embeds): feed first (B,) with features h (B, d) at pos0 (B,), then each
-        step's argmax (mapped through vocab) with the head's own output, `steps` times -> the
-        token ids (B, steps). tok_part (V, d), proj packed by `pack`, hnorm (d,): the input
-        x = tok_part[token] + proj · rmsnorm(h; hnorm)."""
-        B, d = first.shape[0], self.model.config.hidden_size
-        tokens, pos0 = first.to(torch.long).contiguous().clone(), pos0.to(torch.long).contiguous()
-        h = h.reshape(B, d).to(torch.float32).contiguous().clone()
-        out, logits = torch.empty(B, steps, dtype=torch.long), torch.empty(B, self.model.config.vocab_size)
-        work = torch.empty(2 * B * d)
-        threads, cs = torch.get_num_threads(), self._cache_struct(cache)
-        with self._lock:
-            scratch = self._prepare(B, cache, threads)
-            rc = self.lib.sd_head_draft_argmax(
-                ctypes.byref(self.struct), ctypes.byref(cs), B, _P(tokens.data_ptr()), _P(h.data_ptr()),
-                _P(pos0.data_ptr()), steps, _P(tok_part.data_ptr()), _P(proj.data_ptr()), _P(hnorm.data_ptr()),
-                ctypes.c_float(eps), _P(vocab.data_ptr()), _P(out.data_ptr()), _P(logits.data_ptr()),
-                _P(work.data_ptr()), scratch, threads)
-        self._check(rc, cache)
-        return out
-
     def verify_sample(self, logits: torch.Tensor, temperature: torch.Tensor, drafts: torch.Tensor,
                       q: torch.Tensor | None, num_draft: list[int], uniforms: torch.Tensor,
                       want_beta: bool) -> tuple[list[int], list[int], list[list[float]] | None]:
