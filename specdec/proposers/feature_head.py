@@ -113,30 +113,35 @@ class FeatureHeadProposer(Proposer):
         out[..., self.vocab] = logits
         return out
 
-    @torch.inference_mode()
-    def propose(self, context: Batch, k: int) -> Draft:
+    def _feed_verified(self, context: Batch):
+        """Feed every row's entries whose features are the target's (those handed over since the
+        last round), one forward -> (logits (B, 1, N), head output (B, 1, d)) at each row's last."""
         B, dev, d = len(context), self.target.device, self.head.config.hidden_size
         lens = self.cache.lengths
         feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]
         for b, f in enumerate(feeds):
-            if self.pending.get(b) is None or len(f) != self.pending[b].shape[0]:
-                raise RuntimeError(f"row {b}: {len(f)} entries to feed but "
-                                   f"{0 if self.pending.get(b) is None else self.pending[b].shape[0]} features")
+            have = self.pending[b].shape[0] if self.pending.get(b) is not None else 0
+            if len(f) != have:
+                raise RuntimeError(f"row {b}: {len(f)} entries to feed but {have} features")
         T = max(len(f) for f in feeds)
         tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)  # (B, T)
-        feats = torch.stack([torch.cat([self.pending.pop(b), self.pending_pad(T - len(f))])
+        feats = torch.stack([torch.cat([self.pending.pop(b), torch.zeros(T - len(f), d)])
                              for b, f in enumerate(feeds)])                                      # (B, T, d)
         start = torch.tensor(lens[:B], device=dev)
         positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
         hidden = torch.empty(B, T, d)
         logits = self._forward(tokens, feats, positions, self.cache, hidden)                    # (B, T, N)
-        last = torch.tensor([len(f) - 1 for f in feeds], device=dev)
         for b, f in enumerate(feeds):
             self.cache.advance(b, len(f))
-        self._committed = list(lens[:B])
-        logits = logits[torch.arange(B), last][:, None]                                         # (B, 1, N)
-        h = hidden[torch.arange(B), last][:, None]                                              # (B, 1, d)
-        s, first = context.sampling, [len(seq.token_ids) for seq in context]
+        self._committed = list(lens[:B])               # rollback keeps exactly these entries
+        last, rows = torch.tensor([len(f) - 1 for f in feeds], device=dev), torch.arange(B)
+        return logits[rows, last][:, None], hidden[rows, last][:, None]
+
+    @torch.inference_mode()
+    def propose(self, context: Batch, k: int) -> Draft:
+        B, dev, d = len(context), self.target.device, self.head.config.hidden_size
+        logits, h = self._feed_verified(context)                                    # (B, 1, N), (B, 1, d)
+        s, first = context.sampling, [len(seq.token_ids) for seq in context]      # first: draft 1's position
         u = None if s.all_argmax else s.uniforms(k)                                            # (B, k)
         greedy = s.all_argmax and not s.any_coupled and not s.processed
         if self.compiled_loop and k > 1 and (greedy or s.temperature_only):   # drafts 2..k: one C call
@@ -154,7 +159,7 @@ class FeatureHeadProposer(Proposer):
             return Draft(tokens=torch.cat([tok0[:, None], rest], 1),
                          probs=None if greedy else torch.cat([q0[:, None], q], 1))
         out, qs = [], []
-        for i in range(k):
+        for i in range(k):                          # draft i+1 fills position first + i
             if greedy:                                  # argmax within the draft vocabulary
                 tok = self.vocab[logits[:, 0].argmax(-1)]
             else:
@@ -163,8 +168,8 @@ class FeatureHeadProposer(Proposer):
                 if q is not None:
                     qs.append(q)
             out.append(tok)
-            if i < k - 1:
-                pos = torch.tensor([[min(t - 1 + i + 1, self.cache.max_len - 1)] for t in first], device=dev)
+            if i < k - 1:                           # feed it, with the head's own output as its feature
+                pos = torch.tensor([[min(t + i, self.cache.max_len - 1)] for t in first], device=dev)
                 nxt = torch.empty(B, 1, d)
                 logits = self._forward(tok[:, None], h, pos, self.cache, nxt)                   # (B, 1, N)
                 h = nxt
@@ -172,9 +177,6 @@ class FeatureHeadProposer(Proposer):
                     self.cache.advance(b, 1)
         tokens = torch.stack(out, 1) if out else torch.zeros(B, 0, dtype=torch.long, device=dev)
         return Draft(tokens=tokens, probs=torch.stack(qs, 1) if qs else None)
-
-    def pending_pad(self, n: int) -> torch.Tensor:
-        return torch.zeros(n, self.head.config.hidden_size)
 
     def rollback(self, num_accepted):
         if self._committed is None:        # no proposal this round (k = 0): nothing to drop
