@@ -21,7 +21,7 @@ def prefill_rows(model, cache, prompts: list[list[int]], first_row: int, feature
             continue
         ids = torch.tensor(prompts[i:j], dtype=torch.long, device=model.device)              # (n, P)
         pos = torch.arange(ids.shape[1], device=ids.device)[None].expand(j - i, -1).contiguous()
-        hidden = None if features is None else torch.empty(*ids.shape, model.config.hidden_size)  # (n, P, d)
+        hidden = None if features is None else torch.empty(*ids.shape, model.config.hidden_size, device=ids.device)
         outs.append(model(ids, pos, cache.rows(rows.start, rows.stop), hidden_out=hidden, **forward))
         if hidden is not None:
             features.extend(hidden.unbind(0))

@@ -125,11 +125,11 @@ class FeatureHeadProposer(Proposer):
                 raise RuntimeError(f"row {b}: {len(f)} entries to feed but {have} features")
         T = max(len(f) for f in feeds)
         tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)  # (B, T)
-        feats = torch.stack([torch.cat([self.pending.pop(b), torch.zeros(T - len(f), d)])
+        feats = torch.stack([torch.cat([self.pending.pop(b), torch.zeros(T - len(f), d, device=dev)])
                              for b, f in enumerate(feeds)])                                      # (B, T, d)
         start = torch.tensor(lens[:B], device=dev)
         positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
-        hidden = torch.empty(B, T, d)
+        hidden = torch.empty(B, T, d, device=dev)
         logits = self._forward(tokens, feats, positions, self.cache, hidden)                    # (B, T, N)
         for b, f in enumerate(feeds):
             self.cache.advance(b, len(f))
@@ -170,7 +170,7 @@ class FeatureHeadProposer(Proposer):
             out.append(tok)
             if i < k - 1:                           # feed it, with the head's own output as its feature
                 pos = torch.tensor([[min(t + i, self.cache.max_len - 1)] for t in first], device=dev)
-                nxt = torch.empty(B, 1, d)
+                nxt = torch.empty(B, 1, d, device=dev)
                 logits = self._forward(tok[:, None], h, pos, self.cache, nxt)                   # (B, 1, N)
                 h = nxt
                 for b in range(B):

@@ -68,3 +68,22 @@ def test_the_bundled_target_runs_a_row_invariant_kernel(monkeypatch):
         linear.choose_kernel.cache_clear()
     assert models.target.kernel.row_invariant
     assert models.draft.kernel.name in linear.KERNELS
+
+
+def test_the_bundled_head_is_made_for_the_bundled_target(capsys):
+    """models/eagle names the bundled target's weights hash; `--method eagle` uses it unasked,
+    says what plain greedy says, and its drafts are accepted (a trained head, not a stub)."""
+    import json
+    from specdec.cli import main
+    from specdec.defaults import default_head
+    from specdec.models.head_loader import load_head
+    from specdec.models.loader import load_model
+    head_dir = default_head()
+    assert head_dir is not None and head_dir == MODELS_DIR / "eagle"
+    load_head(head_dir, load_model(MODELS_DIR / "target", prepare=False), MODELS_DIR / "target")   # hash checked
+    common = ["generate", "--prompt", "def parse_args(argv):", "--max-new-tokens", "32", "--ignore-eos", "--json"]
+    assert main(common + ["--method", "none"]) == 0
+    plain = json.loads(capsys.readouterr().out)["token_ids"]
+    assert main(common + ["--method", "eagle", "--k", "4"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["token_ids"] == plain and res["stats"]["mean_acceptance_length"] > 1.5, res["stats"]
