@@ -119,16 +119,17 @@ class FeatureHead(DecoderLayer):
         return {k: v for k, v in self.state_dict().items() if k != "draft_vocab"}
 
 
-def head_decoder(head: FeatureHead, lm_head_weight: torch.Tensor) -> LlamaModel:
+def head_decoder(head: FeatureHead, lm_head_weight: torch.Tensor, vocab: torch.Tensor | None = None) -> LlamaModel:
     """A one-layer LlamaModel sharing the head's layer and output norm, with the target's
-    lm_head rows of the draft vocabulary as its output: what inference runs (through the
-    compiled decoder where it builds) with `embeds=` the head's input."""
-    cfg = head.config.layer_config()
+    lm_head rows of the draft vocabulary (or of `vocab`, token ids) as its output: what
+    inference runs (through the compiled decoder where it builds) with `embeds=` the head's input."""
+    vocab = head.draft_vocab if vocab is None else vocab
+    cfg = replace(head.config.layer_config(), vocab_size=len(vocab))
     with torch.device("meta"):
         model = LlamaModel(replace(cfg, tie_word_embeddings=False))
     model.model.layers[0] = head
     model.model.norm = head.shared_head.norm
-    rows = lm_head_weight.detach()[head.draft_vocab.to(lm_head_weight.device)]              # (N, d)
+    rows = lm_head_weight.detach()[vocab.to(lm_head_weight.device)]                         # (N, d)
     model.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False, device=rows.device)
     model.lm_head.weight = nn.Parameter(rows.contiguous(), requires_grad=False)
     model.model.embed_tokens = nn.Embedding.from_pretrained(rows, freeze=True)  # unused: inputs are embeds
