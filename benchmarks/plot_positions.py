@@ -33,6 +33,7 @@ def main(argv=None) -> int:
             ax.plot(range(1, len(acc) + 1), acc, marker="o", label=f"{m} (mean length "
                     f"{per[m]['mean_acceptance_length']:.2f})")
         ax.set_title(key, fontsize=9)
+        ax.set_xticks(range(1, max((len(per[m].get("per_position") or []) for m in per), default=1) + 1))
         ax.set_xlabel("draft position")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)

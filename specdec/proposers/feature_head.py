@@ -128,9 +128,9 @@ class FeatureHeadProposer(Proposer):
         out[..., self.vocab] = logits
         return out
 
-    def _feed_verified(self, context: Batch):
-        """Feed every row's entries whose features are the target's (those handed over since the
-        last round), one forward -> (logits (B, 1, N), head output (B, 1, d)) at each row's last."""
+    def _verified(self, context: Batch):
+        """Every row's entries whose features are the target's (handed over since the last round),
+        not yet fed -> (tokens (B, T) right-padded, features (B, T, d), entries per row)."""
         B, dev, d = len(context), self.target.device, self.head.config.hidden_size
         lens = self.cache.lengths
         feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]
@@ -142,33 +142,45 @@ class FeatureHeadProposer(Proposer):
         tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)  # (B, T)
         feats = torch.stack([torch.cat([self.pending.pop(b), torch.zeros(T - len(f), d, device=dev)])
                              for b, f in enumerate(feeds)])                                      # (B, T, d)
-        start = torch.tensor(lens[:B], device=dev)
-        positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)
-        hidden = torch.empty(B, T, d, device=dev)
-        logits = self._forward(tokens, feats, positions, self.cache, hidden)                    # (B, T, N)
-        for b, f in enumerate(feeds):
-            self.cache.advance(b, len(f))
-        self._committed = list(lens[:B])               # rollback keeps exactly these entries
-        last, rows = torch.tensor([len(f) - 1 for f in feeds], device=dev), torch.arange(B)
-        return logits[rows, last][:, None], hidden[rows, last][:, None]
+        return tokens, feats, [len(f) for f in feeds]
+
+    def _draft_in_c(self, feed, feats, start, steps, s, u):
+        """head_draft (models/native/head.py) from this proposer's tables: (tokens (B, steps), q)."""
+        hn, sampled = self.head.hnorm, not s.all_argmax
+        return head_draft(self.decoder.native, feed, feats, torch.tensor(start), steps, self.cache,
+                          self._token_part, self._proj_packed, hn.weight.detach(), hn.eps, self.vocab,
+                          s.temperature if sampled else None, u if sampled else None, self.target.config.vocab_size)
 
     @torch.inference_mode()
     def propose(self, context: Batch, k: int) -> Draft:
         B, dev, d = len(context), self.target.device, self.head.config.hidden_size
-        logits, h = self._feed_verified(context)                                    # (B, 1, N), (B, 1, d)
+        tokens, feats, n = self._verified(context)                               # (B, T), (B, T, d), (B,)
+        start = list(self.cache.lengths[:B])                                     # where each row's entries go
+        self._committed = [a + m for a, m in zip(start, n)]                     # rollback keeps these entries
         s, first = context.sampling, [len(seq.token_ids) for seq in context]      # first: draft 1's position
         u = None if s.all_argmax else s.uniforms(k)                                            # (B, k)
         greedy = s.all_argmax and not s.any_coupled and not s.processed
-        if self.compiled_loop and k > 1 and (greedy or s.temperature_only):   # drafts 2..k: one C call
+        in_c = self.compiled_loop and (greedy or s.temperature_only)
+        if in_c and len(set(n)) == 1:                  # the whole round in one C call (decoder.c)
+            out, q = self._draft_in_c(tokens, feats, start, k, s, u)                  # (B, k), (B, k, V)
+            for b in range(B):
+                self.cache.advance(b, n[b] + k - 1)
+            return Draft(tokens=out, probs=q)
+        T = tokens.shape[1]                            # ragged rows: the verified entries in one forward
+        positions = (torch.tensor(start, device=dev)[:, None] + torch.arange(T, device=dev)).clamp_(
+            max=self.cache.max_len - 1)                                                        # (B, T)
+        hidden = torch.empty(B, T, d, device=dev)
+        logits = self._forward(tokens, feats, positions, self.cache, hidden)                    # (B, T, N)
+        for b in range(B):
+            self.cache.advance(b, n[b])
+        last, rows = torch.tensor([m - 1 for m in n], device=dev), torch.arange(B)
+        logits, h = logits[rows, last][:, None], hidden[rows, last][:, None]           # (B, 1, N), (B, 1, d)
+        if in_c and k > 1:                             # then drafts 2..k in one C call
             if greedy:
                 tok0, q0 = self.vocab[logits[:, 0].argmax(-1)], None                               # (B,)
             else:
                 tok0, q0 = pick(s, self._full(logits), [[t] for t in first], None, u[:, 0])       # (B,), (B, V)
-            hn = self.head.hnorm
-            rest, q = head_draft(self.decoder.native, tok0, h, torch.tensor(first, device=dev), k - 1, self.cache,
-                                 self._token_part, self._proj_packed, hn.weight.detach(), hn.eps, self.vocab,
-                                 None if greedy else s.temperature, None if greedy else u[:, 1:],
-                                 self.target.config.vocab_size)                           # (B, k-1), (B, k-1, V)
+            rest, q = self._draft_in_c(tok0, h, first, k - 1, s, None if u is None else u[:, 1:])
             for b in range(B):
                 self.cache.advance(b, k - 1)
             return Draft(tokens=torch.cat([tok0[:, None], rest], 1),

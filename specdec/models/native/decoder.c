@@ -231,44 +231,51 @@ int sd_draft_sample(const Model *md, const Cache *c, int B, int T0, const int64_
 }
 
 /* Drafting by a feature head (models/feature_head.py) without returning to Python: the head is
- * a one-layer model md whose input is x = tok_part[token] + proj · rmsnorm(h; hnorm) (its
- * eh_proj split into a per-token table and the feature half). Each step feeds tokens (B,) with
- * features h (B, d) at pos0[b] + s; picks the next token over the head's vocabulary (N =
- * md->vocab): the argmax when temperature is NULL, else sampled from q = softmax(logits /
- * temperature[b]) at u[b, s] with q scattered through vocab into q_out (B, steps, V), which the
- * caller zeroed; maps it through vocab (N,) to a token id, and feeds the head's own normed
- * output as the next feature. tokens and h are overwritten; out (B, steps) receives the ids.
- * work: (2 * d + N) * B floats; logits: (B, N). Returns sd_forward's code. */
-int sd_head_draft(const Model *md, const Cache *c, int B, int64_t *tokens, float *h, const int64_t *pos0,
-                  int steps, const float *tok_part, const float *proj, const float *hnorm, float eps,
-                  const int64_t *vocab, const float *temperature, const float *u, int V, float *q_out,
+ * a one-layer model md whose input is x = tok_part[token] + proj · rmsnorm(f; hnorm) (its
+ * eh_proj split into a per-token table and the feature half). Step 0 feeds T0 entries per row,
+ * tokens feed (B, T0) with features feats0 (B, T0, d) at pos0[b], pos0[b] + 1, ...; each later
+ * step feeds the previous step's token with the head's own normed output at the row's last
+ * entry as its feature. A step picks the next token over the head's vocabulary (N = md->vocab):
+ * the argmax when temperature is NULL, else sampled from q = softmax(logits / temperature[b]) at
+ * u[b, s], q scattered through vocab into q_out (B, steps, V), which the caller zeroed; and
+ * maps it through vocab (N,) to a token id. out (B, steps) receives the ids. work: (2 * T0 + 1)
+ * * B * d + B * N floats; logits: (B * T0, N). Returns sd_forward's code. */
+int sd_head_draft(const Model *md, const Cache *c, int B, int T0, const int64_t *feed, const float *feats0,
+                  const int64_t *pos0, int steps, const float *tok_part, const float *proj, const float *hnorm,
+                  float eps, const int64_t *vocab, const float *temperature, const float *u, int V, float *q_out,
                   int64_t *out, float *logits, float *work, float *scratch, int threads) {
     int d = md->hidden, N = md->vocab;
-    int64_t pos[B], best[B];
-    float *x = work, *hn = work + (size_t)B * d, *qs = work + 2 * (size_t)B * d;
+    int64_t pos[B * T0], best[B * T0], cur[B];
+    float *x = work, *hn = x + (size_t)B * T0 * d, *h = hn + (size_t)B * T0 * d, *qs = h + (size_t)B * d;
     for (int s = 0; s < steps; s++) {
-        for (int b = 0; b < B; b++) pos[b] = pos0[b] + s;
+        int T = s ? 1 : T0, M = B * T;
+        const int64_t *tk = s ? cur : feed;
+        const float *f = s ? h : feats0;
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < T; j++) pos[b * T + j] = pos0[b] + (s ? T0 - 1 + s : j);
         #pragma omp parallel num_threads(threads)
         {
             #pragma omp for schedule(static)
-            for (int b = 0; b < B; b++)
-                for (int i = 0; i < d; i++) x[(size_t)b * d + i] = tok_part[(size_t)tokens[b] * d + i];
-            rmsnorm_rows(h, hnorm, hn, B, d, eps);
-            linear(hn, B, d, proj, NULL, NULL, d, x, 1);
+            for (int m = 0; m < M; m++)
+                for (int i = 0; i < d; i++) x[(size_t)m * d + i] = tok_part[(size_t)tk[m] * d + i];
+            rmsnorm_rows(f, hnorm, hn, M, d, eps);
+            linear(hn, M, d, proj, NULL, NULL, d, x, 1);
         }
-        int rc = sd_forward(md, c, B, 1, tokens, x, pos, NULL, NULL, NULL, 0, 1, 1, logits,
+        int rc = sd_forward(md, c, B, T, tk, x, pos, NULL, NULL, NULL, 0, 1, 1, logits,
                             temperature ? NULL : best, scratch, threads);
         if (rc) return rc;
-        for (size_t i = 0; i < (size_t)B * d; i++) h[i] = scratch[(size_t)B * d + i];   /* h follows x */
-        if (temperature) {
-            #pragma omp parallel for num_threads(threads) schedule(static)
-            for (int b = 0; b < B; b++) {
+        for (int b = 0; b < B; b++)                       /* the last entry's output: h follows x */
+            for (int i = 0; i < d; i++) h[(size_t)b * d + i] = scratch[((size_t)M + b * T + T - 1) * d + i];
+        #pragma omp parallel for num_threads(threads) schedule(static)
+        for (int b = 0; b < B; b++) {
+            int64_t pick = best[b * T + T - 1];
+            if (temperature) {
                 float *q = qs + (size_t)b * N, *qo = q_out + ((size_t)b * steps + s) * V;
-                best[b] = sample_row(logits + (size_t)b * N, N, temperature[b], u[(size_t)b * steps + s], q);
+                pick = sample_row(logits + ((size_t)b * T + T - 1) * N, N, temperature[b], u[(size_t)b * steps + s], q);
                 for (int j = 0; j < N; j++) qo[vocab[j]] = q[j];
             }
+            out[(size_t)b * steps + s] = cur[b] = vocab[pick];
         }
-        for (int b = 0; b < B; b++) out[(size_t)b * steps + s] = tokens[b] = vocab[best[b]];
     }
     return 0;
 }

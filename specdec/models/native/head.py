@@ -1,7 +1,7 @@
 """A feature head's drafting loop in one C call (decoder.c, `sd_head_draft`).
 
     proj = pack(native, w_feature)                       # the feature half of eh_proj, (d, d)
-    tokens, q = head_draft(native, first, h, pos0, k - 1, cache, tok_part, proj, hnorm, eps, vocab)
+    tokens, q = head_draft(native, feed, feats, pos0, k, cache, tok_part, proj, hnorm, eps, vocab)
 
 `native` is the NativeForward of the head's one-layer decoder (models/feature_head.py,
 head_decoder). Greedy without `temperature`; with it, each step samples from softmax(logits /
@@ -27,20 +27,22 @@ def pack(native, weight: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def head_draft(native, first: torch.Tensor, h: torch.Tensor, pos0: torch.Tensor, steps: int, cache: KVCache,
+def head_draft(native, feed: torch.Tensor, feats: torch.Tensor, pos0: torch.Tensor, steps: int, cache: KVCache,
                tok_part: torch.Tensor, proj: torch.Tensor, hnorm: torch.Tensor, eps: float, vocab: torch.Tensor,
                temperature: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
                full_vocab: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Feed first (B,) with features h (B, d) at pos0 (B,), then each step's token with the head's
-    own output, `steps` times -> (token ids (B, steps), q (B, steps, full_vocab) or None). tok_part
-    (V, d), proj packed by `pack`, hnorm (d,): the input x = tok_part[token] + proj · rmsnorm(h).
+    """Feed (B, T0) tokens with features feats (B, T0, d) at pos0 (B,) onwards and pick a token
+    from the last entry; then feed each picked token with the head's own output, `steps` picks
+    in all -> (token ids (B, steps), q (B, steps, full_vocab) or None). tok_part (V, d), proj
+    packed by `pack`, hnorm (d,): an entry's input x = tok_part[token] + proj · rmsnorm(f).
     temperature (B,) and uniforms (B, steps): sample instead of taking the argmax."""
-    B, d = first.shape[0], native.model.config.hidden_size
-    N = native.model.config.vocab_size
-    tokens, pos0 = first.to(torch.long).contiguous().clone(), pos0.to(torch.long).contiguous()
-    h = h.reshape(B, d).to(torch.float32).contiguous().clone()
-    out, logits = torch.empty(B, steps, dtype=torch.long), torch.empty(B, N)
-    work = torch.empty(B * (2 * d + N))
+    feed = (feed[:, None] if feed.dim() == 1 else feed).to(torch.long).contiguous()          # (B, T0)
+    B, T0 = feed.shape
+    d, N = native.model.config.hidden_size, native.model.config.vocab_size
+    feats = feats.reshape(B, T0, d).to(torch.float32).contiguous()
+    pos0 = pos0.to(torch.long).contiguous()
+    out, logits = torch.empty(B, steps, dtype=torch.long), torch.empty(B * T0, N)
+    work = torch.empty((2 * T0 + 1) * B * d + B * N)
     sampled = temperature is not None
     if sampled:
         temperature = temperature.to(torch.float32).contiguous()
@@ -48,9 +50,9 @@ def head_draft(native, first: torch.Tensor, h: torch.Tensor, pos0: torch.Tensor,
         q = torch.zeros(B, steps, full_vocab)
     threads, cs = torch.get_num_threads(), native._cache_struct(cache)
     with native._lock:
-        scratch = native._prepare(B, cache, threads)
+        scratch = native._prepare(B * T0, cache, threads)
         rc = native.lib.sd_head_draft(
-            ctypes.byref(native.struct), ctypes.byref(cs), B, _P(tokens.data_ptr()), _P(h.data_ptr()),
+            ctypes.byref(native.struct), ctypes.byref(cs), B, T0, _P(feed.data_ptr()), _P(feats.data_ptr()),
             _P(pos0.data_ptr()), steps, _P(tok_part.data_ptr()), _P(proj.data_ptr()), _P(hnorm.data_ptr()),
             ctypes.c_float(eps), _P(vocab.data_ptr()), _P(temperature.data_ptr()) if sampled else None,
             _P(uniforms.data_ptr()) if sampled else None, full_vocab, _P(q.data_ptr()) if sampled else None,
