@@ -144,12 +144,13 @@ class FeatureHeadProposer(Proposer):
                              for b, f in enumerate(feeds)])                                      # (B, T, d)
         return tokens, feats, [len(f) for f in feeds]
 
-    def _draft_in_c(self, feed, feats, start, steps, s, u):
+    def _draft_in_c(self, feed, feats, n, start, steps, s, u):
         """head_draft (models/native/head.py) from this proposer's tables: (tokens (B, steps), q)."""
         hn, sampled = self.head.hnorm, not s.all_argmax
         return head_draft(self.decoder.native, feed, feats, torch.tensor(start), steps, self.cache,
                           self._token_part, self._proj_packed, hn.weight.detach(), hn.eps, self.vocab,
-                          s.temperature if sampled else None, u if sampled else None, self.target.config.vocab_size)
+                          s.temperature if sampled else None, u if sampled else None, self.target.config.vocab_size,
+                          n_feed=n)
 
     @torch.inference_mode()
     def propose(self, context: Batch, k: int) -> Draft:
@@ -160,13 +161,12 @@ class FeatureHeadProposer(Proposer):
         s, first = context.sampling, [len(seq.token_ids) for seq in context]      # first: draft 1's position
         u = None if s.all_argmax else s.uniforms(k)                                            # (B, k)
         greedy = s.all_argmax and not s.any_coupled and not s.processed
-        in_c = self.compiled_loop and (greedy or s.temperature_only)
-        if in_c and len(set(n)) == 1:                  # the whole round in one C call (decoder.c)
-            out, q = self._draft_in_c(tokens, feats, start, k, s, u)                  # (B, k), (B, k, V)
+        if self.compiled_loop and (greedy or s.temperature_only):   # the whole round in one C call (decoder.c)
+            out, q = self._draft_in_c(tokens, feats, n, start, k, s, u)                # (B, k), (B, k, V)
             for b in range(B):
                 self.cache.advance(b, n[b] + k - 1)
             return Draft(tokens=out, probs=q)
-        T = tokens.shape[1]                            # ragged rows: the verified entries in one forward
+        T = tokens.shape[1]                            # the verified entries in one forward, then a loop
         positions = (torch.tensor(start, device=dev)[:, None] + torch.arange(T, device=dev)).clamp_(
             max=self.cache.max_len - 1)                                                        # (B, T)
         hidden = torch.empty(B, T, d, device=dev)
@@ -175,16 +175,6 @@ class FeatureHeadProposer(Proposer):
             self.cache.advance(b, n[b])
         last, rows = torch.tensor([m - 1 for m in n], device=dev), torch.arange(B)
         logits, h = logits[rows, last][:, None], hidden[rows, last][:, None]           # (B, 1, N), (B, 1, d)
-        if in_c and k > 1:                             # then drafts 2..k in one C call
-            if greedy:
-                tok0, q0 = self.vocab[logits[:, 0].argmax(-1)], None                               # (B,)
-            else:
-                tok0, q0 = pick(s, self._full(logits), [[t] for t in first], None, u[:, 0])       # (B,), (B, V)
-            rest, q = self._draft_in_c(tok0, h, first, k - 1, s, None if u is None else u[:, 1:])
-            for b in range(B):
-                self.cache.advance(b, k - 1)
-            return Draft(tokens=torch.cat([tok0[:, None], rest], 1),
-                         probs=None if greedy else torch.cat([q0[:, None], q], 1))
         out, qs = [], []
         for i in range(k):                          # draft i+1 fills position first + i
             if greedy:                                  # argmax within the draft vocabulary

@@ -99,9 +99,9 @@ def small():
     return target, random_head(target, seed=1, draft_vocab=[0, 2, 3])      # q = 0 on tokens 1 and 4
 
 
-@pytest.mark.parametrize("method,T,top_k,top_p", [
-    ("eagle", 0.7, 0, 1.0), ("eagle", 1.0, 0, 1.0), ("eagle", 1.3, 0, 1.0), ("eagle", 1.0, 3, 1.0),
-    ("eagle", 1.0, 0, 0.8), ("mtp", 1.0, 2, 0.9),
+@pytest.mark.parametrize("method,T,top_k,top_p", [      # each method: three temperatures, top-k, top-p
+    ("eagle", 0.7, 3, 1.0), ("eagle", 1.0, 0, 0.8), ("eagle", 1.3, 0, 1.0),
+    ("mtp", 0.7, 0, 0.9), ("mtp", 1.0, 0, 1.0), ("mtp", 1.3, 2, 1.0),
 ])
 def test_sampling_follows_the_exact_law(small, method, T, top_k, top_p):
     target, head = small

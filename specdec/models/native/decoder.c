@@ -233,26 +233,29 @@ int sd_draft_sample(const Model *md, const Cache *c, int B, int T0, const int64_
 /* Drafting by a feature head (models/feature_head.py) without returning to Python: the head is
  * a one-layer model md whose input is x = tok_part[token] + proj · rmsnorm(f; hnorm) (its
  * eh_proj split into a per-token table and the feature half). Step 0 feeds T0 entries per row,
- * tokens feed (B, T0) with features feats0 (B, T0, d) at pos0[b], pos0[b] + 1, ...; each later
- * step feeds the previous step's token with the head's own normed output at the row's last
- * entry as its feature. A step picks the next token over the head's vocabulary (N = md->vocab):
+ * tokens feed (B, T0) with features feats0 (B, T0, d) at pos0[b], pos0[b] + 1, ..., of which row
+ * b's first n_feed[b] are real (NULL: all; the rest are padding, written past the row's entries
+ * and overwritten by its drafts before any query reads them); each later step feeds the previous
+ * step's token, at the position after the row's last, with the head's own normed output at the
+ * row's last entry as its feature. A step picks the next token over the head's vocabulary (N = md->vocab):
  * the argmax when temperature is NULL, else sampled from q = softmax(logits / temperature[b]) at
  * u[b, s], q scattered through vocab into q_out (B, steps, V), which the caller zeroed; and
  * maps it through vocab (N,) to a token id. out (B, steps) receives the ids. work: (2 * T0 + 1)
  * * B * d + B * N floats; logits: (B * T0, N). Returns sd_forward's code. */
 int sd_head_draft(const Model *md, const Cache *c, int B, int T0, const int64_t *feed, const float *feats0,
-                  const int64_t *pos0, int steps, const float *tok_part, const float *proj, const float *hnorm,
+                  const int64_t *n_feed, const int64_t *pos0, int steps, const float *tok_part, const float *proj, const float *hnorm,
                   float eps, const int64_t *vocab, const float *temperature, const float *u, int V, float *q_out,
                   int64_t *out, float *logits, float *work, float *scratch, int threads) {
     int d = md->hidden, N = md->vocab;
     int64_t pos[B * T0], best[B * T0], cur[B];
     float *x = work, *hn = x + (size_t)B * T0 * d, *h = hn + (size_t)B * T0 * d, *qs = h + (size_t)B * d;
+    #define LAST(b) ((n_feed ? (int)n_feed[b] : T0) - 1)     /* row b's last real entry of the first feed */
     for (int s = 0; s < steps; s++) {
         int T = s ? 1 : T0, M = B * T;
         const int64_t *tk = s ? cur : feed;
         const float *f = s ? h : feats0;
         for (int b = 0; b < B; b++)
-            for (int j = 0; j < T; j++) pos[b * T + j] = pos0[b] + (s ? T0 - 1 + s : j);
+            for (int j = 0; j < T; j++) pos[b * T + j] = pos0[b] + (s ? LAST(b) + s : j);
         #pragma omp parallel num_threads(threads)
         {
             #pragma omp for schedule(static)
@@ -265,17 +268,19 @@ int sd_head_draft(const Model *md, const Cache *c, int B, int T0, const int64_t 
                             temperature ? NULL : best, scratch, threads);
         if (rc) return rc;
         for (int b = 0; b < B; b++)                       /* the last entry's output: h follows x */
-            for (int i = 0; i < d; i++) h[(size_t)b * d + i] = scratch[((size_t)M + b * T + T - 1) * d + i];
+            for (int i = 0; i < d; i++) h[(size_t)b * d + i] = scratch[((size_t)M + b * T + (s ? 0 : LAST(b))) * d + i];
         #pragma omp parallel for num_threads(threads) schedule(static)
         for (int b = 0; b < B; b++) {
-            int64_t pick = best[b * T + T - 1];
+            int row = b * T + (s ? 0 : LAST(b));
+            int64_t pick = best[row];
             if (temperature) {
                 float *q = qs + (size_t)b * N, *qo = q_out + ((size_t)b * steps + s) * V;
-                pick = sample_row(logits + ((size_t)b * T + T - 1) * N, N, temperature[b], u[(size_t)b * steps + s], q);
+                pick = sample_row(logits + (size_t)row * N, N, temperature[b], u[(size_t)b * steps + s], q);
                 for (int j = 0; j < N; j++) qo[vocab[j]] = q[j];
             }
             out[(size_t)b * steps + s] = cur[b] = vocab[pick];
         }
     }
+    #undef LAST
     return 0;
 }

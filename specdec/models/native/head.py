@@ -30,9 +30,10 @@ def pack(native, weight: torch.Tensor) -> torch.Tensor:
 def head_draft(native, feed: torch.Tensor, feats: torch.Tensor, pos0: torch.Tensor, steps: int, cache: KVCache,
                tok_part: torch.Tensor, proj: torch.Tensor, hnorm: torch.Tensor, eps: float, vocab: torch.Tensor,
                temperature: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
-               full_vocab: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Feed (B, T0) tokens with features feats (B, T0, d) at pos0 (B,) onwards and pick a token
-    from the last entry; then feed each picked token with the head's own output, `steps` picks
+               full_vocab: int = 0, n_feed: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Feed (B, T0) tokens with features feats (B, T0, d) at pos0 (B,) onwards, of which row b's
+    first n_feed[b] are real (default: all; the rest right padding), and pick a token from each
+    row's last real entry; then feed each picked token with the head's own output, `steps` picks
     in all -> (token ids (B, steps), q (B, steps, full_vocab) or None). tok_part (V, d), proj
     packed by `pack`, hnorm (d,): an entry's input x = tok_part[token] + proj · rmsnorm(f).
     temperature (B,) and uniforms (B, steps): sample instead of taking the argmax."""
@@ -41,6 +42,9 @@ def head_draft(native, feed: torch.Tensor, feats: torch.Tensor, pos0: torch.Tens
     d, N = native.model.config.hidden_size, native.model.config.vocab_size
     feats = feats.reshape(B, T0, d).to(torch.float32).contiguous()
     pos0 = pos0.to(torch.long).contiguous()
+    lens = torch.tensor(n_feed if n_feed is not None else [T0] * B, dtype=torch.long)
+    if int(lens.min()) < 1 or int(lens.max()) > T0:
+        raise ValueError(f"n_feed must lie in 1..{T0}")
     out, logits = torch.empty(B, steps, dtype=torch.long), torch.empty(B * T0, N)
     work = torch.empty((2 * T0 + 1) * B * d + B * N)
     sampled = temperature is not None
@@ -53,7 +57,7 @@ def head_draft(native, feed: torch.Tensor, feats: torch.Tensor, pos0: torch.Tens
         scratch = native._prepare(B * T0, cache, threads)
         rc = native.lib.sd_head_draft(
             ctypes.byref(native.struct), ctypes.byref(cs), B, T0, _P(feed.data_ptr()), _P(feats.data_ptr()),
-            _P(pos0.data_ptr()), steps, _P(tok_part.data_ptr()), _P(proj.data_ptr()), _P(hnorm.data_ptr()),
+            _P(lens.data_ptr()), _P(pos0.data_ptr()), steps, _P(tok_part.data_ptr()), _P(proj.data_ptr()), _P(hnorm.data_ptr()),
             ctypes.c_float(eps), _P(vocab.data_ptr()), _P(temperature.data_ptr()) if sampled else None,
             _P(uniforms.data_ptr()) if sampled else None, full_vocab, _P(q.data_ptr()) if sampled else None,
             _P(out.data_ptr()), _P(logits.data_ptr()), _P(work.data_ptr()), scratch, threads)
