@@ -57,7 +57,7 @@ def run_once(models, label: str, k, prompts, new_tokens: int, options: dict, mod
     longest = max(len(p) for p in prompts) + new_tokens + 1
     cfg = EngineConfig(max_batch=batch, max_model_len=min(longest, models.target.config.max_position_embeddings))
     draft = models.draft if method in ("draft", "auto") else None
-    head = models.head if method in ("eagle", "auto") else None
+    head = models.head if method in ("eagle", "mtp", "auto") else None
     eng = make_engine(Models(models.target, models.tokenizer, draft, head=head), spec, cfg)
     _, temperature, coupling = mode
     params = [SamplingParams(max_new_tokens=new_tokens, ignore_eos=True, temperature=temperature,
@@ -159,9 +159,11 @@ def main(argv=None) -> int:
     if a.quick:
         a.n, a.new_tokens, a.repeats, a.prompt_tokens = 1, 16, 1, 48
     torch.set_num_threads(a.threads)
-    head = a.head or (default_head() if a.target is None else None)
-    models = load_models(a.target or default_target(), a.draft or default_draft(), threads=a.threads, head=head)
-    methods = [m for m in a.methods.split(",") if m and (m != "eagle" or models.head is not None)]
+    mtp = "mtp" in a.methods.split(",")             # the target's own MTP layers (then no EAGLE head)
+    head = None if mtp else a.head or (default_head() if a.target is None else None)
+    models = load_models(a.target or default_target(), a.draft or default_draft(), threads=a.threads, head=head,
+                         method="mtp" if mtp else None)
+    methods = [m for m in a.methods.split(",") if m and (m not in ("eagle", "mtp") or models.head is not None)]
     if "none" not in methods:
         methods.insert(0, "none")
     options = {"ngram_min": 1, "ngram_max": 4}
