@@ -157,8 +157,11 @@ def build_blocks(summary: dict, meta: dict) -> list:
     tab = summary["cost_table"]
     t11 = tab["t_s"][0][0]
     B += [("h", 2, "Costs"),
-          ("p", "Draft cost ratio c = t_draft / t_target: " + ", ".join(
+          ("p", ("Draft cost ratio c = t_draft / t_target: " + ", ".join(
               f"{_f(c)} at batch {b}" for b, c in summary["draft_cost_ratio"].items())
+                 if any(summary["draft_cost_ratio"].values()) else
+                 "No draft model's forward is timed for this proposer (its drafting cost is in the round "
+                 "table below)")
            + f". t(1, 1) = {t11 * 1e3:.2f} ms. Table: t(b, q) / t(1, 1)."),
           ("table", ["batch"] + [f"q={q}" for q in tab["q"]],
            [[b] + [_f(t / t11) for t in row] for b, row in zip(tab["b"], tab["t_s"])]),
