@@ -29,7 +29,7 @@ from pathlib import Path
 VERSION = os.environ.get("SPECDEC_LLAMACPP_VERSION", "0.3.36")
 CACHE = Path(os.environ.get("SPECDEC_LLAMACPP_CACHE", Path.home() / ".cache" / "specdec" / "llamacpp"))
 TARGETS = ("llama-speculative", "llama-speculative-simple", "llama-completion", "llama-lookup",
-           "llama-tokenize", "llama-bench")
+           "llama-tokenize", "llama-bench", "llama-quantize")
 CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
                "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
                "-DBUILD_SHARED_LIBS=OFF")
@@ -148,14 +148,27 @@ def _fingerprint(hf_dir: Path) -> str:
 
 
 def convert(hf_dir: str | Path, version: str = VERSION, outtype: str = "f32") -> Path:
-    """Convert an HF Llama checkpoint to GGUF `outtype` (f32, or q8_0: llama.cpp's 8-bit
-    blocks of 32 with one fp16 scale each), cached by the files' size and mtime."""
+    """Convert an HF Llama checkpoint to GGUF `outtype` (f32; q8_0: llama.cpp's 8-bit blocks
+    of 32 with one fp16 scale each; q4_0: 4-bit blocks of 32, made from the f32 file by
+    llama-quantize --pure, so that every matrix is Q4_0 as every linear of ours is int4),
+    cached by the files' size and mtime."""
     hf_dir = Path(hf_dir).resolve()
     stem = f"{hf_dir.name}-{hashlib.sha256(str(hf_dir).encode()).hexdigest()[:6]}"  # one per folder
     out = CACHE / "gguf" / f"{stem}-{_fingerprint(hf_dir)}.{outtype}.gguf"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    if outtype == "q4_0":
+        bins, why = ensure_built(version, allow_build=False)
+        if bins is None:
+            raise RuntimeError(why)
+        f32, tmp = convert(hf_dir, version, "f32"), out.with_suffix(".tmp")
+        r = subprocess.run([str(bins / "llama-quantize"), "--pure", str(f32), str(tmp), "Q4_0"],
+                           capture_output=True, text=True)
+        if r.returncode != 0 or not tmp.exists():
+            raise RuntimeError(f"llama-quantize of {f32} failed:\n{(r.stdout + r.stderr)[-3000:]}")
+        tmp.replace(out)
+        return out
     src = str(fetch(version))
     tmp = out.with_suffix(".tmp")
     code = _CONVERT_SHIM.format(src=src, args=[str(hf_dir), "--outtype", outtype, "--outfile", str(tmp)])

@@ -70,7 +70,7 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
     """Load the target (and draft; `default_pair` picks them); refuse a draft whose vocabulary
     differs from the target's. `compile`: use the compiled decoder (None: where it builds;
     see models/loader.py). `weights`, `draft_weights` (default: the target's): "float32",
-    "int8" (models/quantize.py), or None: as each checkpoint stores them. `method`, `head`:
+    "int8", "int4" (models/quantize.py), or None: as each checkpoint stores them. `method`, `head`:
     see `feature_head`."""
     target, draft = default_pair(target, draft)
     for w in (weights, draft_weights or weights):

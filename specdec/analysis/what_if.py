@@ -35,21 +35,23 @@ INIT_STD = 0.02          # random weights' scale (transformers' initializer_rang
 
 def random_model(config: Path, weights: str = "float32") -> LlamaModel:
     """A model of `config`'s shape with random weights, prepared for decoding, built without a
-    float32 copy of int8 linears; refused before allocation if it would not fit in memory."""
+    float32 copy of quantized linears; refused before allocation if it would not fit in memory."""
     check_weights(weights)
     cfg = ModelConfig.from_file(config)
-    per_weight = 1 if weights == "int8" else 4
-    require(2 * per_weight * cfg.num_params + 4 * cfg.vocab_size * cfg.hidden_size,   # weights + packed copy
+    per_weight = {"int8": 1, "int4": 0.625}.get(weights, 4)          # int4: half a byte + its scales
+    require(int(2 * per_weight * cfg.num_params) + 4 * cfg.vocab_size * cfg.hidden_size,   # weights + packed copy
             f"a random {config.name} model ({cfg.num_params / 1e9:.2f}B parameters, {weights})",
-            "use --dtype int8 or a smaller shape", torch.device("cpu"))
-    model = empty_model(cfg, weights)              # the loader's: int8 linears are never fp32
+            "use --dtype int8 or int4, or a smaller shape", torch.device("cpu"))
+    model = empty_model(cfg, weights)              # the loader's: quantized linears are never fp32
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
             if t.dtype == torch.int8:
                 t.random_(-127, 128, generator=gen)
+            elif t.dtype == torch.uint8:
+                t.random_(0, 256, generator=gen)            # two int4 nibbles, each -8..7
             elif name.endswith("weight_scale"):
-                t.fill_(INIT_STD * 3 / 127)                 # q * s then spans about +-3 std
+                t.fill_(INIT_STD * 3 / (127 if weights == "int8" else 8))   # q * s spans about +-3 std
             elif name.endswith("norm.weight"):
                 t.fill_(1.0)
             elif t.is_floating_point() and name != "inv_freq":

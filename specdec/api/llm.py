@@ -44,7 +44,7 @@ class LLM:
     Engine options: k_max, max_batch, max_model_len (default: the target's context),
         device ("cpu" or "cuda"), threads (torch threads), compile (the compiled decoder;
         None: where it builds), dtype and draft_dtype (the weights: "float32", "int8"
-        rounded at load, or None: as stored; the draft's default to the target's). Proposer options by name: ngram_min, ngram_max,
+        or "int4" rounded at load, or None: as stored; the draft's default to the target's). Proposer options by name: ngram_min, ngram_max,
         layerskip_layers, suffix_depth, auto_arms, ...
 
     Bad input raises a SpecdecError subclass (ConfigError, CheckpointError, PromptError)

@@ -26,9 +26,10 @@ def add_load_args(p) -> None:
                         "machine with the C compiler and cached), on CUDA captured CUDA graphs; "
                         "default: where it builds, else eager PyTorch with one warning")
     p.add_argument("--dtype", choices=WEIGHT_DTYPES, default=None,
-                   help="the target's weights: float32, or int8 (rounded at load, one scale per "
-                        "output channel; activations stay float32); default: as stored (int8 for "
-                        "a folder written by `specdec quantize`, else float32)")
+                   help="the target's weights: float32, int8 (rounded at load, one scale per output "
+                        "channel) or int4 (one scale per 32 inputs); activations stay float32; "
+                        "default: as stored (a folder written by `specdec quantize` loads as its "
+                        "type, else float32)")
     p.add_argument("--draft-dtype", choices=WEIGHT_DTYPES, default=None,
                    help="the draft's weights (default: --dtype)")
 

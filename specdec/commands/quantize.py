@@ -1,11 +1,12 @@
-"""`specdec quantize`: write a checkpoint's int8 copy, which later loads without rounding.
+"""`specdec quantize`: write a checkpoint's int8 or int4 copy, which later loads without rounding.
 
-    specdec quantize --model DIR --out DIR_INT8 [--dtype int8]
+    specdec quantize --model DIR --out DIR_Q [--dtype int8|int4]
 
-The folder holds the linears' int8 weights with their float32 per-output-channel scales
-(`<name>.weight_scale`), the rest as stored, and config.json's `quantization_config` naming
-the format (models/quantize.py); the tokenizer files are copied. transformers does not read
-this format; specdec loads it as int8 by default (`--target DIR_INT8`).
+The folder holds the linears' quantized weights with their float32 scales
+(`<name>.weight_scale`: per output channel for int8, per group of 32 inputs for int4), the
+rest as stored, and config.json's `quantization_config` naming the format
+(models/quantize.py); the tokenizer files are copied. transformers does not read these
+formats; specdec loads the folder as its type by default (`--target DIR_Q`).
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from ..errors import CheckpointError, ConfigError
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("quantize", help="write an int8 copy of a checkpoint (loads without rounding)")
+    p = sub.add_parser("quantize", help="write an int8 or int4 copy of a checkpoint (loads without rounding)")
     p.add_argument("--model", type=Path, required=True, help="checkpoint directory to read")
     p.add_argument("--out", type=Path, required=True, help="directory to write (must not exist, or be empty)")
-    p.add_argument("--dtype", choices=["int8"], default="int8", help="the weight type to write")
+    p.add_argument("--dtype", choices=["int8", "int4"], default="int8", help="the weight type to write")
     p.set_defaults(func=run)
 
 

@@ -17,6 +17,7 @@ from .kv_cache import KVCache
 from .rope import inv_freq
 from .tree import TreeAttention, visible
 from .memory import cache_bytes
+from .quantize import dequantize, weight_type
 from . import native
 from .linear import LinearKernel, fallback_kernel
 
@@ -31,14 +32,14 @@ def padded(n: int) -> int:
 
 class Linear(nn.Linear):
     """nn.Linear that switches to a prepacked kernel for inference (see linear.py). Its weight
-    may be int8 with a `weight_scale` buffer (models/quantize.py)."""
+    may be int8 or int4 with a `weight_scale` buffer (models/quantize.py)."""
     kernel: LinearKernel | None = None
     packed: torch.Tensor | None = None
 
     def dense_weight(self) -> torch.Tensor:
-        """(N, K) the weight in floats: int8 weights times their per-output scale."""
-        if self.weight.dtype == torch.int8:
-            return self.weight.float() * self.weight_scale[:, None]
+        """(N, K) the weight in floats: quantized weights times their scales."""
+        if self.weight.dtype in (torch.int8, torch.uint8):
+            return dequantize(self.weight, self.weight_scale)
         return self.weight
 
     def prepare(self, kernel: LinearKernel) -> None:
@@ -174,8 +175,9 @@ class LlamaModel(nn.Module):
 
     @property
     def weight_dtype(self) -> str:
-        """"int8" when the linears hold int8 weights (models/quantize.py), else "float32"."""
-        return "int8" if self.lm_head.weight.dtype == torch.int8 else "float32"
+        """"int8" or "int4" when the linears hold quantized weights (models/quantize.py), else
+        "float32"."""
+        return weight_type(self.lm_head)
 
     @property
     def device(self) -> torch.device:

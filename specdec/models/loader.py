@@ -20,7 +20,7 @@ from .config import ModelConfig
 from .llama import LlamaModel
 from .linear import choose_kernel
 from .memory import check_checkpoint
-from .quantize import (QUANT_CONFIG, check_weights, int8_layout, quantized_names,
+from .quantize import (QUANT_CONFIGS, check_weights, quant_layout, quantized_names,
                        round_state_dict, stored_weights)
 from .tokenizer import Tokenizer
 
@@ -42,15 +42,15 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def empty_model(cfg: ModelConfig, weights: str) -> LlamaModel:
-    """The module the load fills. int8: built on the meta device in the int8 layout and given
-    uninitialised storage, so that no float32 copy of the linear weights ever exists (the
-    stored tensors are rounded one by one as they load)."""
-    check_weights(weights)
+    """The module the load fills. int8 or int4: built on the meta device in that layout and
+    given uninitialised storage, so that no float32 copy of the linear weights ever exists
+    (the stored tensors are rounded one by one as they load)."""
+    check_weights(weights, cfg)
     if weights == "float32":
         return LlamaModel(cfg)
     with torch.device("meta"):
         model = LlamaModel(cfg)
-        int8_layout(model)
+        quant_layout(model, weights)
     return model.to_empty(device="cpu")
 
 
@@ -61,8 +61,8 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     row-invariant linear kernel (a target's; models/linear.py), else the fastest (a draft's).
     `compile`: the compiled decoder (models/native on the CPU, CUDA graphs on CUDA) where it
     builds (None, the default), always (True: a ConfigError where it cannot) or never (False:
-    eager PyTorch). `weights`: "float32", "int8" (rounded at load, models/quantize.py), or
-    None: as stored (int8 for a folder written by `specdec quantize`, else float32)."""
+    eager PyTorch). `weights`: "float32", "int8" or "int4" (rounded at load,
+    models/quantize.py), or None: as stored (what `specdec quantize` wrote, else float32)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {path}")
@@ -72,17 +72,18 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     stored = stored_weights(raw)
     mtp = bool(raw.get("num_nextn_predict_layers"))         # MTP layers ride along: not decoded here
     weights = weights or stored
-    if stored == "int8" and weights != "int8":
-        raise ConfigError(f"{path.name} stores int8 weights (written by `specdec quantize`): load it with "
-                          "--dtype int8, or without --dtype")
+    if stored != "float32" and weights != stored:
+        raise ConfigError(f"{path.name} stores {stored} weights (written by `specdec quantize`): load it "
+                          f"with --dtype {stored}, or without --dtype")
+    check_weights(weights, cfg)
     check_checkpoint(path, device, weights, cfg.vocab_size * cfg.hidden_size)   # before any weight is read
     sd = _read_state_dict(path)
     model = empty_model(cfg, weights)
     if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied, or omitted by the checkpoint
     sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq") and not (mtp and _mtp_key(k, cfg))}
-    if weights == "int8" and stored == "float32":
-        round_state_dict(sd, quantized_names(model))
+    if weights != "float32" and stored == "float32":
+        round_state_dict(sd, quantized_names(model), weights)
     try:
         model.load_state_dict(sd, strict=True)             # copied into the fp32 parameters tensor by tensor
     except RuntimeError as e:
@@ -124,13 +125,13 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 def save_checkpoint(model: LlamaModel, tokenizer_json: str | Path, out: str | Path,
                     dtype=torch.float16, card: str | None = None) -> Path:
     """Write a Hugging Face checkpoint directory (float weights stored as `dtype`). A model with
-    int8 weights keeps them, with their float32 scales, and says so in config.json (its
+    quantized weights keeps them, with their float32 scales, and says so in config.json (its
     lm_head is untied: stored apart from the embedding)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    int8 = model.weight_dtype == "int8"
-    cfg = replace(model.config, tie_word_embeddings=False) if int8 else model.config
-    keep = lambda k, v: v.dtype == torch.int8 or k.endswith(".weight_scale")  # noqa: E731
+    quantized = model.weight_dtype != "float32"
+    cfg = replace(model.config, tie_word_embeddings=False) if quantized else model.config
+    keep = lambda k, v: v.dtype in (torch.int8, torch.uint8) or k.endswith(".weight_scale")  # noqa: E731
     sd = {k: v.detach().to("cpu", None if keep(k, v) else dtype).contiguous() for k, v in model.state_dict().items()}
     if cfg.tie_word_embeddings:
         sd.pop("lm_head.weight", None)
@@ -138,8 +139,8 @@ def save_checkpoint(model: LlamaModel, tokenizer_json: str | Path, out: str | Pa
     save_file(sd, str(tmp), metadata={"format": "pt"})
     tmp.replace(out / "model.safetensors")
     hf = cfg.to_hf_dict()
-    if int8:
-        hf["quantization_config"] = QUANT_CONFIG
+    if quantized:
+        hf["quantization_config"] = QUANT_CONFIGS[model.weight_dtype]
     (out / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     tok = Path(tokenizer_json)
     if tok.resolve() != (out / "tokenizer.json").resolve():

@@ -8,8 +8,8 @@ process being killed half-way through a load.
   process's cgroup still allows (v2 `memory.max` - `memory.current`, or v1's limit - usage);
   on CUDA, the device's free memory. Where none is known, nothing is refused.
 - **A checkpoint's load** needs its weights as stored (read whole by safetensors) plus, for
-  float32 weights, FP32_COPIES float32 copies of every parameter; for int8 weights, the fp32
-  embedding, 2 bytes a parameter (kept and packed), the rounding's temporaries and SLACK
+  float32 weights, FP32_COPIES float32 copies of every parameter; for int8 or int4 weights,
+  the fp32 embedding, QUANT_BYTES a parameter (kept and packed), the rounding's temporaries and SLACK
   (`load_bytes`). The shapes come from the safetensors headers, so nothing is read first.
 - **A KV cache** needs 2 x layers x rows x kv_heads x max_len x head_dim elements; it is
   zero-filled when allocated, so all of it is touched at once.
@@ -34,6 +34,9 @@ FP32_COPIES = 2.5
 # against 128 MB of tensors). tests/models/test_memory.py checks both estimates' bounds.
 ROUNDING_TEMPS = 2
 SLACK = 128 << 20
+# bytes a quantized parameter takes twice over (the module's copy and the packed one): int8
+# 1 + 1 (its per-row scales are negligible); int4 half a byte plus a 4-byte scale per 32, twice
+QUANT_BYTES = {"int8": 2.0, "int4": 2 * (0.5 + 4 / 32)}
 
 
 def _read_int(path: str) -> int | None:
@@ -108,13 +111,14 @@ def load_bytes(path: Path, weights: str, embed_numel: int) -> tuple[int, int] | 
     if sizes is None:
         return None
     numel, stored = sizes
-    if weights == "int8":
-        return stored + 4 * embed_numel + 2 * numel + 4 * ROUNDING_TEMPS * embed_numel + SLACK, numel
+    if weights in QUANT_BYTES:
+        return int(stored + 4 * embed_numel + QUANT_BYTES[weights] * numel + 4 * ROUNDING_TEMPS * embed_numel
+                   + SLACK), numel
     return int(stored + FP32_COPIES * 4 * numel), numel
 
 
 def check_checkpoint(path: Path, device: str, weights: str = "float32", embed_numel: int = 0) -> None:
-    """Refuse to load checkpoint `path` with `weights` ("float32" or "int8") if its load
+    """Refuse to load checkpoint `path` with `weights` ("float32", "int8", "int4") if its load
     would not fit (see the module docstring)."""
     got = load_bytes(path, weights, embed_numel)
     if got is None:

@@ -99,5 +99,5 @@ def load() -> ctypes.CDLL | None:
     lib.sd_forward.restype = lib.sd_draft_argmax.restype = lib.sd_draft_sample.restype = ctypes.c_int
     lib.sd_head_draft.restype = ctypes.c_int
     lib.sd_scratch_floats.restype = ctypes.c_size_t
-    lib.sd_packed_floats.restype = ctypes.c_size_t
+    lib.sd_packed_floats.restype = lib.sd_packed_groups.restype = ctypes.c_size_t
     return lib

@@ -28,16 +28,19 @@ typedef struct {
     const float *embed, *norm, *head;         /* (V, d), (d,), (V, d) */
     const float *rope_cos, *rope_sin;         /* (rope_len, D/2) */
     const float **in_norm, **qkv, **qkv_bias, **o, **post_norm, **gate_up, **down;
-    /* int8 weights: per layer (N,) scales of qkv, o, gate_up, down, and the head's; NULL for
-     * fp32 (then the weight pointers above are floats, else int8 panels) */
+    /* quantized weights: per layer the scales of qkv, o, gate_up, down, and the head's; NULL
+     * for fp32 (then the weight pointers above are floats). int8: (N,) scales of int8
+     * panels; int4 (int4 = 1): packed group scales of int4 panels (linear.h, sd_pack_i4) */
     const float **qkv_s, **o_s, **gate_up_s, **down_s, *head_s;
+    int int4;
 } Model;
 
-/* a linear of the model: int8 panels with their scales, or fp32 panels */
-static inline void lin(const float *x, int M, int K, const float *P, const float *const *s, int l,
-                       const float *bias, int N, float *y, int acc_out) {
-    if (s) linear_i8(x, M, K, (const int8_t *)P, s[l], bias, N, y, acc_out);
-    else linear(x, M, K, P, NULL, bias, N, y, acc_out);
+/* a linear of the model: int8 or int4 panels with their scales, or fp32 panels */
+static inline void lin(const Model *md, const float *x, int M, int K, const float *P, const float *const *s,
+                       int l, const float *bias, int N, float *y, int acc_out) {
+    if (s && md->int4) linear_i4(x, M, K, (const uint8_t *)P, s[l], NULL, bias, N, y, acc_out);
+    else if (s) linear_i8(x, M, K, (const int8_t *)P, NULL, s[l], bias, N, y, acc_out);
+    else linear(x, M, K, P, NULL, NULL, bias, N, y, acc_out);
 }
 
 typedef struct {
@@ -147,17 +150,17 @@ int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tok
                 x[(size_t)m * d + i] = embeds ? embeds[(size_t)m * d + i] : md->embed[(size_t)tokens[m] * d + i];
         for (int l = 0; l < layers; l++) {
             rmsnorm_rows(x, md->in_norm[l], h, M, d, md->eps);
-            lin(h, M, d, md->qkv[l], md->qkv_s, l, md->qkv_bias[l], nq, qkv, 0);
+            lin(md, h, M, d, md->qkv[l], md->qkv_s, l, md->qkv_bias[l], nq, qkv, 0);
             rope_and_store(md, c, l, qkv, M, T, pos, slots, row0);
             attention(md, c, l, qkv, B, T, pos, slots, anc, tree_base, row0, att, scores);
-            lin(att, M, H * D, md->o[l], md->o_s, l, NULL, d, x, 1);
+            lin(md, att, M, H * D, md->o[l], md->o_s, l, NULL, d, x, 1);
             rmsnorm_rows(x, md->post_norm[l], h, M, d, md->eps);
-            lin(h, M, d, md->gate_up[l], md->gate_up_s, l, NULL, 2 * F, gu, 0);
+            lin(md, h, M, d, md->gate_up[l], md->gate_up_s, l, NULL, 2 * F, gu, 0);
             silu_mul(gu, act, M, F);
-            lin(act, M, F, md->down[l], md->down_s, l, NULL, d, x, 1);
+            lin(md, act, M, F, md->down[l], md->down_s, l, NULL, d, x, 1);
         }
         rmsnorm_rows(x, md->norm, want_logits ? h : out, M, d, md->eps);
-        if (want_logits) lin(h, M, d, md->head, md->head_s ? &md->head_s : NULL, 0, NULL, md->vocab, out, 0);
+        if (want_logits) lin(md, h, M, d, md->head, md->head_s ? &md->head_s : NULL, 0, NULL, md->vocab, out, 0);
         if (want_logits && argmax) {
             #pragma omp for schedule(static)
             for (int m = 0; m < M; m++) argmax[m] = argmax_row(out + (size_t)m * md->vocab, md->vocab);
@@ -262,7 +265,7 @@ int sd_head_draft(const Model *md, const Cache *c, int B, int T0, const int64_t 
             for (int m = 0; m < M; m++)
                 for (int i = 0; i < d; i++) x[(size_t)m * d + i] = tok_part[(size_t)tk[m] * d + i];
             rmsnorm_rows(f, hnorm, hn, M, d, eps);
-            linear(hn, M, d, proj, NULL, NULL, d, x, 1);
+            linear(hn, M, d, proj, NULL, NULL, NULL, d, x, 1);
         }
         int rc = sd_forward(md, c, B, T, tk, x, pos, NULL, NULL, NULL, 0, 1, 1, logits,
                             temperature ? NULL : best, scratch, threads);

@@ -7,7 +7,8 @@ At load every linear weight is copied into the decoder's packed panel layout (de
 `sd_pack`), with q/k/v and gate/up concatenated into one matrix per layer. The Hugging Face
 parameters are left as they are (state_dict, the eager path and training see no change);
 the packed copy is derived data, like oneDNN's prepacked weights. A model rounded to int8
-(models/quantize.py) is packed as int8 panels with one scale per output (1 byte a weight).
+(models/quantize.py) is packed as int8 panels with one scale per output (1 byte a weight),
+one rounded to int4 as int4 panels with their group scales (linear.h, `sd_pack_i4`).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ..kv_cache import KVCache
-from ..quantize import int8_weight
+from ..quantize import quantized_weight
 
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(ctypes.c_void_p)
@@ -30,7 +31,8 @@ class _Model(ctypes.Structure):
                [("eps", ctypes.c_float)] + \
                [(n, _P) for n in ("embed", "norm", "head", "rope_cos", "rope_sin")] + \
                [(n, _PP) for n in ("in_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down")] + \
-               [(n, _PP) for n in ("qkv_s", "o_s", "gate_up_s", "down_s")] + [("head_s", _P)]
+               [(n, _PP) for n in ("qkv_s", "o_s", "gate_up_s", "down_s")] + [("head_s", _P)] + \
+               [("int4", ctypes.c_int)]
 
 
 class _Cache(ctypes.Structure):
@@ -66,7 +68,7 @@ class NativeForward:
         self.build_id = Path(lib._name).stem                 # decoder-<hash of source, flags, CPU>
         layers = model.model.layers
         attn = [(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj) for l in layers]
-        self.int8 = model.weight_dtype == "int8"                               # models/quantize.py
+        self.weights = model.weight_dtype                          # float32, int8 or int4 (models/quantize.py)
         self._qkv, self._qkv_s = self._pack_all(attn)
         self._qkv_bias = [torch.cat([m.bias.detach() for m in qkv]).contiguous() if c.attention_bias else None
                           for qkv in attn]
@@ -82,9 +84,10 @@ class NativeForward:
         self.struct = _Model(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                              c.intermediate_size, c.vocab_size, c.num_hidden_layers, 0, c.rms_norm_eps,
                              self._embed.data_ptr(), self._norm.data_ptr(), self._head.data_ptr(), None, None)
+        self.struct.int4 = int(self.weights == "int4")
         self._arrays = {}
         for name in ("in_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down") + \
-                (("qkv_s", "o_s", "gate_up_s", "down_s") if self.int8 else ()):
+                (("qkv_s", "o_s", "gate_up_s", "down_s") if self.weights != "float32" else ()):
             self._arrays[name] = _ptrs(getattr(self, "_" + name))
             setattr(self.struct, name, ctypes.cast(self._arrays[name], _PP))
         self._head_s = head_s
@@ -97,18 +100,27 @@ class NativeForward:
 
     def _pack_all(self, groups) -> tuple[list, list]:
         """Each group of linears (their outputs concatenated) -> its packed panels, and its
-        (N,) int8 scales (None for fp32 weights): two lists, one entry per group."""
+        scales (int8: (N,); int4: packed per panel and group; None for fp32 weights): two
+        lists, one entry per group."""
         packed, scales = [], []
         for group in groups:
-            if self.int8:
-                qs = [int8_weight(m) for m in group]
-                w, s = torch.cat([q for q, _ in qs]), torch.cat([s for _, s in qs]).float().contiguous()
+            if self.weights == "float32":
+                w, s = torch.cat([m.weight.detach() for m in group]).contiguous(), None
             else:
-                w, s = torch.cat([m.weight.detach() for m in group]), None
-            w = w.contiguous()                                                     # (N, K)
-            n, k = w.shape
-            out = torch.empty(self.lib.sd_packed_floats(n, k), dtype=w.dtype)
-            (self.lib.sd_pack_i8 if self.int8 else self.lib.sd_pack)(_P(w.data_ptr()), n, k, _P(out.data_ptr()))
+                qs = [quantized_weight(m) for m in group]
+                w, s = torch.cat([q for q, _ in qs]).contiguous(), torch.cat([s for _, s in qs]).float().contiguous()
+            n = w.shape[0]
+            k = w.shape[1] * (2 if self.weights == "int4" else 1)                  # (N, K) inputs
+            numel = self.lib.sd_packed_floats(n, k)
+            if self.weights == "int4":
+                out = torch.empty(numel // 2, dtype=torch.uint8)
+                ps = torch.empty(self.lib.sd_packed_groups(n, k))
+                self.lib.sd_pack_i4(_P(w.data_ptr()), _P(s.data_ptr()), n, k, _P(out.data_ptr()), _P(ps.data_ptr()))
+                s = ps
+            else:
+                out = torch.empty(numel, dtype=w.dtype)
+                pack = self.lib.sd_pack_i8 if self.weights == "int8" else self.lib.sd_pack
+                pack(_P(w.data_ptr()), n, k, _P(out.data_ptr()))
             packed.append(out)
             scales.append(s)
         return packed, scales

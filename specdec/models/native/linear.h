@@ -43,7 +43,7 @@ static inline __attribute__((always_inline)) void tile_mn(const float *x, int mt
  * chain per output, so a linear is bitwise shape-invariant by construction.
  * A weight is repacked at load into panels of NP outputs, k-major: P[panel][k][NP] holds
  * W[panel*NP + j][k] for j < NP, so a tile reads a panel as one sequential stream. Weights
- * are fp32, or int8 with a scale per output (linear_tiles.h).
+ * are fp32, int8 with a scale per output, or int4 with a scale per group (linear_tiles.h).
  * One input row (decode, bandwidth-bound): two panels per tile, 8 FMA chains, 2 streams.
  * Several rows (verify, prefill): one panel per tile of up to TMP rows; each k costs one
  * weight load per 8 outputs and one broadcast per row for rows x vectors FMAs (8 loads per
@@ -101,9 +101,70 @@ static inline int tile_rows(int left) {
 }
 
 
+/* ---- packing: W (N, K) row-major -> panels; outputs past N are zero rows ------------- */
+#define PACK_PANELS(T, W, P) \
+    for (int pb = 0; pb < (N + NP - 1) / NP; pb++) \
+        for (int k = 0; k < K; k++) \
+            for (int j = 0; j < NP; j++) { \
+                int n = pb * NP + j; \
+                P[((size_t)pb * K + k) * NP + j] = n < N ? W[(size_t)n * K + k] : (T)0; \
+            }
+void sd_pack(const float *W, int N, int K, float *P) { PACK_PANELS(float, W, P) }
+void sd_pack_i8(const int8_t *W, int N, int K, int8_t *P) { PACK_PANELS(int8_t, W, P) }
+
+/* int4: weights grouped by I4_GROUP along K, each group with one float scale (w = q s_g,
+ * q in -8..7, models/quantize.py). Stored: Q (N, K/2) bytes, k = 2i in byte i's low nibble
+ * and 2i+1 in its high one; S (N, K/I4_GROUP). Packed: per panel and k, 16 bytes whose low
+ * nibbles hold outputs 0-7 and 16-23 and high nibbles 8-15 and 24-31 (vector v of a k is
+ * byte half v/2, nibble v%2, so half a panel starts 8 bytes in); scales per panel, group
+ * and output: PS[panel][K/I4_GROUP][NP]. */
+#define I4_GROUP 32   /* llama.cpp Q4_0's block: the comparison of benchmarks/real_size.py */
+static inline int nibble(const uint8_t *Q, int K, int n, int k) {
+    int b = Q[(size_t)n * (K / 2) + k / 2];
+    return (k & 1) ? b >> 4 : b & 15;
+}
+size_t sd_packed_groups(int N, int K) { return (size_t)((N + NP - 1) / NP) * NP * (K / I4_GROUP); }
+void sd_pack_i4(const uint8_t *Q, const float *S, int N, int K, uint8_t *P, float *PS) {
+    int G = K / I4_GROUP;
+    for (int pb = 0; pb < (N + NP - 1) / NP; pb++) {
+        for (int k = 0; k < K; k++)
+            for (int byte = 0; byte < NP / 2; byte++) {
+                int lo = pb * NP + (byte / 8) * 16 + byte % 8, hi = lo + 8;   /* outputs */
+                int a = lo < N ? nibble(Q, K, lo, k) : 0, c = hi < N ? nibble(Q, K, hi, k) : 0;
+                P[((size_t)pb * K + k) * (NP / 2) + byte] = (uint8_t)(a | c << 4);
+            }
+        for (int g = 0; g < G; g++)
+            for (int j = 0; j < NP; j++) {
+                int n = pb * NP + j;
+                PS[((size_t)pb * G + g) * NP + j] = n < N ? S[(size_t)n * G + g] : 0.0f;
+            }
+    }
+}
+
+/* 8 int4 weights, dequantized: nibble `hi` of the 8 bytes at p, sign-extended, times the 8
+ * scales at s (exact widening; one rounding, the product) */
+#if defined(__AVX2__) && defined(__FMA__)
+static inline vec ldw_i4(const uint8_t *p, int hi, const float *s) {
+    __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));    /* bytes, signed */
+    __m256i q = hi ? _mm256_srai_epi32(b, 4) : _mm256_srai_epi32(_mm256_slli_epi32(b, 28), 28);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_loadu_ps(s));
+}
+#else
+static inline vec ldw_i4(const uint8_t *p, int hi, const float *s) {
+    vec r;
+    for (int i = 0; i < 8; i++) {
+        int q = hi ? p[i] >> 4 : p[i] & 15;
+        r.l[i] = (float)(q >= 8 ? q - 16 : q) * s[i];
+    }
+    return r;
+}
+#endif
+
 /* the packed linear for each weight type (linear_tiles.h) */
+#define WAT(p, e) ((p) + (e))
+#define WPACK 1
 #define WT float
-#define LDW VLOAD
+#define LDW(pp, gp, k, v) VLOAD((pp) + (size_t)(k) * NP + 8 * (v))
 #define SFX(n) n
 #define WIDE3 1
 #include "linear_tiles.h"
@@ -112,24 +173,45 @@ static inline int tile_rows(int left) {
 #undef SFX
 #undef WIDE3
 #define WT int8_t
-#define LDW VLOAD_I8
+#define LDW(pp, gp, k, v) VLOAD_I8((pp) + (size_t)(k) * NP + 8 * (v))
 #define SFX(n) n##_i8
 #define WIDE3 0
 #include "linear_tiles.h"
 #undef WT
 #undef LDW
 #undef SFX
+#undef WAT
+#undef WPACK
+#define WT uint8_t
+#define WPACK 2
+#define WAT(p, e) ((p) + (e) / 2)
+#define LDW(pp, gp, k, v) ldw_i4((pp) + (size_t)(k) * (NP / 2) + 8 * ((v) >> 1), (v) & 1, \
+                                 (gp) + (size_t)((k) / I4_GROUP) * NP + 8 * (v))
+#define SFX(n) n##_i4
+#include "linear_tiles.h"
+#undef WT
+#undef LDW
+#undef SFX
 #undef WIDE3
+#undef WAT
+#undef WPACK
 
 /* y (M, N) = x (M, K) @ W (N, K)^T: the forward's linear on its own (benchmarks, tests) */
 void sd_linear(const float *x, int M, int K, const float *W, int N, float *y, int threads) {
     #pragma omp parallel num_threads(threads)
-    linear(x, M, K, W, NULL, NULL, N, y, 0);
+    linear(x, M, K, W, NULL, NULL, NULL, N, y, 0);
 }
 
 /* y (M, N) = (x (M, K) @ Q (N, K)^T) * scale (N,), Q int8 packed by sd_pack_i8 */
 void sd_linear_i8(const float *x, int M, int K, const int8_t *Q, const float *scale, int N, float *y,
                   int threads) {
     #pragma omp parallel num_threads(threads)
-    linear_i8(x, M, K, Q, scale, NULL, N, y, 0);
+    linear_i8(x, M, K, Q, NULL, scale, NULL, N, y, 0);
+}
+
+/* y (M, N) = x (M, K) @ dequant(Q)^T, Q and its group scales PS packed by sd_pack_i4 */
+void sd_linear_i4(const float *x, int M, int K, const uint8_t *Q, const float *PS, int N, float *y,
+                  int threads) {
+    #pragma omp parallel num_threads(threads)
+    linear_i4(x, M, K, Q, PS, NULL, NULL, N, y, 0);
 }
