@@ -4,13 +4,14 @@ Random-weight checkpoints with the exact shapes of real models (no hub here) are
 with transformers into ~/.cache/specdec/real_size and loaded through specdec's loader. For each
 shape and weight type it measures, in one process:
   - plain decoding tok/s (prefill included, batch 1) and llama.cpp's `llama-completion` on the
-    same weights converted to GGUF (f32 against float32, Q8_0 against int8), same prompt text;
+    same weights converted to GGUF (f32 against float32, Q8_0 against int8, Q4_0 against int4),
+    same prompt text;
   - the forward's cost curve t(b, q) / t(b, 1) for q positions per row at batch b (the verify
     cost of drafting k = q - 1), 256 cached tokens;
   - the weight bytes streamed per plain step over its time, against the streaming roofline.
 Random weights give meaningless acceptance: these are costs only.
 
-    python benchmarks/real_size.py [--shapes qwen2.5-0.5b,llama-3.2-1b] [--dtypes float32,int8]
+    python benchmarks/real_size.py [--shapes qwen2.5-0.5b,llama-3.2-1b] [--dtypes float32,int8,int4]
         [--reps 3] [--no-llamacpp] [--out benchmarks/results/real_size]
 """
 from __future__ import annotations
@@ -54,7 +55,7 @@ SHAPES = {
                        num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
                        tie_word_embeddings=True, rope_theta=1e6, rms_norm_eps=1e-6),
 }
-GGUF_TYPE = {"float32": "f32", "int8": "q8_0"}   # llama.cpp's counterpart of each weight type
+GGUF_TYPE = {"float32": "f32", "int8": "q8_0", "int4": "q4_0"}   # llama.cpp's counterpart of each
 PROMPT_TOKENS, NEW_TOKENS = 64, 32
 CURVE = [(b, q) for b in (1, 4, 16) for q in (1, 2, 3, 5, 9, 16) if b * q <= 64]   # rows per call <= 64
 
@@ -84,10 +85,10 @@ def prompt_ids(tok) -> list[int]:
 
 
 def weight_stream_bytes(model) -> int:
-    """Bytes of linear weights a plain step reads (int8: 1 per weight plus a float scale per row)."""
-    int8 = model.weight_dtype == "int8"
-    return sum(m.weight.numel() * (1 if int8 else 4) + (4 * m.weight.shape[0] if int8 else 0)
-               for m in quantized_linears(model))
+    """Bytes of linear weights a plain step reads: the weights as stored (int4: two a byte)
+    plus their float scales (int8: one per row; int4: one per 32 weights)."""
+    scales = lambda m: 4 * m.weight_scale.numel() if hasattr(m, "weight_scale") else 0  # noqa: E731
+    return sum(m.weight.numel() * m.weight.element_size() + scales(m) for m in quantized_linears(model))
 
 
 def curve(model, calls: int) -> dict[str, float]:

@@ -40,12 +40,12 @@ class FeatureHeadProposer(Proposer):
 
     def __init__(self, target, head: FeatureHead, rows: int, max_len: int, name: str = "eagle",
                  weights: str = HEAD_DTYPE, vocab_size: int | None = None):
-        """weights: the head's linears as "float32" or "int8" (rounded per output channel on a
+        """weights: the head's linears as "float32", "int8" or "int4" (rounded on a
         copy: its numerics change q, never the output); vocab_size: score only the first (most
         frequent) tokens of the head's draft vocabulary."""
         self.target, self.head, self.name = target, head, name
         self.vocab = head.draft_vocab[:vocab_size].to(target.device)                   # (N,) token ids
-        self.decoder = head_decoder(copy.deepcopy(head) if weights == "int8" else head,
+        self.decoder = head_decoder(copy.deepcopy(head) if weights != "float32" else head,
                                     target.lm_head.dense_weight(), self.vocab)
         quantize(self.decoder, weights)
         if target.kernel is not None:

@@ -11,11 +11,11 @@ from specdec.analysis.what_if import predict, random_model
 from specdec.cli import main
 
 
-def test_a_random_model_of_a_shape_decodes_in_either_weight_type(tiny_dirs):
+def test_a_random_model_of_a_shape_decodes_in_every_weight_type(tiny_dirs):
     config = tiny_dirs[0] / "config.json"
-    for weights in ("float32", "int8"):
+    for weights in ("float32", "int8", "int4"):
         m = random_model(config, weights)
-        assert m.lm_head.weight.dtype == (torch.int8 if weights == "int8" else torch.float32)
+        assert m.weight_dtype == weights
         with torch.inference_mode():
             logits = m(torch.tensor([[3, 4, 5]]), torch.arange(3)[None], m.new_cache(1, 8))
         assert logits.shape == (1, 3, m.config.vocab_size) and torch.isfinite(logits).all()

@@ -1,10 +1,10 @@
-"""The bundled pair with float32 and int8 weights, side by side: batch 1, greedy, 128 new tokens
-on 4 held-out code prompts (128 tokens each), plain and draft k = 4, the four engines
-alternated in every repetition, medians of decode tok/s (prefill included). Also: int8
-speculation's text against int8 plain (must be identical), int8 plain's text against float32
-plain (quantization changes the model), and the draft's acceptance under each.
+"""The bundled pair with float32, int8 and int4 weights, side by side: batch 1, greedy, 128 new
+tokens on 4 held-out code prompts (128 tokens each), plain and draft k = 4, the engines
+alternated in every repetition, medians of decode tok/s (prefill included). Also: each
+type's speculative text against its plain text (must be identical), the quantized plain
+text against float32 plain (quantization changes the model), and the draft's acceptance.
 
-    python benchmarks/results/int8/bundled.py [--reps 3]
+    python benchmarks/results/int8/bundled.py [--reps 3] [--weights float32,int8,int4]
 """
 import argparse
 import json
@@ -20,9 +20,10 @@ from specdec.costs.cache import _cpu_name
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--reps", type=int, default=3)
+ap.add_argument("--weights", default="float32,int8,int4")
 args = ap.parse_args()
 torch.set_num_threads(2)
-models = {w: load_models(weights=w) for w in ("float32", "int8")}
+models = {w: load_models(weights=w) for w in args.weights.split(",")}
 prompts = load_workload("code", models["float32"].tokenizer, n=4, prompt_tokens=128)
 params = SamplingParams(max_new_tokens=128, ignore_eos=True)
 engines = {(w, k): make_engine(m, SpecConfig(method="draft" if k else "none", k=k),
@@ -44,9 +45,9 @@ same = lambda a, b: statistics.mean(sum(x == y for x, y in zip(a[i], b[i])) / le
 result = {
     "cpu": _cpu_name(), "threads": 2, "reps": args.reps,
     "tok_s": {f"{w} k={k}": round(statistics.median(v), 1) for (w, k), v in rates.items()},
-    "int8_spec_equals_int8_plain": texts[("int8", 4)] == texts[("int8", 0)],
-    "float32_spec_equals_float32_plain": texts[("float32", 4)] == texts[("float32", 0)],
-    "int8_plain_tokens_equal_to_float32_plain": round(same(texts[("int8", 0)], texts[("float32", 0)]), 3),
+    "spec_equals_plain": {w: texts[(w, 4)] == texts[(w, 0)] for w in models},
+    "plain_tokens_equal_to_float32_plain": {w: round(same(texts[(w, 0)], texts[("float32", 0)]), 3)
+                                            for w in models if "float32" in models},
     "acceptance_k4": {w: round(statistics.mean(acc[(w, 4)]), 3) for w in models},
 }
 print(json.dumps(result, indent=1))
