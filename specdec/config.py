@@ -7,7 +7,7 @@ from .errors import ConfigError
 
 K_MAX = 16
 MAX_TREE_NODES = 63   # a tree's root and nodes fit one 64-bit ancestor mask (models/tree.py)
-TREE_METHODS = ("draft", "ngram")   # proposers that draft token trees (docs/trees.md)
+TREE_METHODS = ("draft", "ngram", "suffix")   # proposers that draft token trees (docs/trees.md)
 
 
 # the range torch.Generator.manual_seed accepts (a signed or unsigned 64-bit integer)
@@ -181,7 +181,7 @@ class SpecConfig:
        cost model), "heuristic" (Hugging Face's +2/-1 schedule) or a KTable (k by batch size).
     options: proposer-specific settings (e.g. ngram's min_n/max_n), by name.
     tree: 0 (a chain of k drafts), a node budget (2..MAX_TREE_NODES) for a token tree of depth
-       k (proposers that build trees: `draft`, `ngram`; docs/trees.md), or "auto" (the draft
+       k (proposers that build trees: `draft`, `ngram`, `suffix`; docs/trees.md), or "auto" (the draft
        model's trees, sized each round by the target's measured costs: proposers/tree_size.py).
     """
     method: str = "draft"

@@ -20,9 +20,15 @@ drops below `min_prob`, after ceil(alpha * match length) tokens, or at k. So a
 continuation that was always seen after a long match is proposed in full, and a
 branching or rarely-seen one yields a short proposal. The index whose proposal has the
 larger expected accepted length (sum of the scores) wins.
+
+With a tree budget (`--tree N`), the same index proposes a token tree instead of one path
+(SuffixDecoding's speculation tree): the matched node's continuations are expanded best
+first by score, the product of the frequencies along the path, so the N nodes kept are the
+N likeliest continuations of depth <= k by the index's counts (docs/trees.md).
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections import OrderedDict
 
@@ -116,6 +122,30 @@ class SuffixTrie:
             node = child
         return toks, expected
 
+    def expand(self, node: int, match: int, k: int, alpha: float, min_prob: float, budget: int):
+        """The `budget` likeliest continuations of `node` as a token tree, best first ->
+        (tokens, parents (-1: the root), expected accepted length). A node's score is the
+        product of count(child) / out(parent) along its path (`walk`'s score), so a child
+        never outscores its parent and parents come before their children."""
+        limit = min(k, math.ceil(alpha * match))
+        tokens: list[int] = []
+        parents: list[int] = []
+        expected = 0.0
+        heap = [(-self.count[c] / self.out[node], c, t, -1, 1) for t, c in self.kids[node].items()]
+        heapq.heapify(heap)                                  # (-score, trie node, token, parent, depth)
+        while heap and len(tokens) < budget:
+            neg, trie_node, tok, parent, depth = heapq.heappop(heap)
+            if -neg < min_prob or depth > limit:
+                continue
+            index = len(tokens)
+            tokens.append(tok)
+            parents.append(parent)
+            expected -= neg
+            if depth < limit and self.out[trie_node] > 0:
+                for t, c in self.kids[trie_node].items():
+                    heapq.heappush(heap, (neg * self.count[c] / self.out[trie_node], c, t, index, depth + 1))
+        return tokens, parents, expected
+
     def __len__(self):
         return len(self.count) - len(self.free)
 
@@ -132,7 +162,7 @@ class SuffixProposer(Proposer):
     name = "suffix"
 
     def __init__(self, depth: int = 24, max_match: int = 16, alpha: float = 1.0, min_prob: float = 0.1,
-                 global_tokens: int = 4096):
+                 global_tokens: int = 4096, tree: int = 0):
         if depth < 2 or max_match < 1 or alpha <= 0 or not 0 <= min_prob <= 1 or global_tokens < 0:
             raise ConfigError("suffix needs depth >= 2, max_match >= 1, alpha > 0, 0 <= min_prob <= 1 "
                               f"and global_tokens >= 0; got {depth}, {max_match}, {alpha}, {min_prob}, "
@@ -143,6 +173,7 @@ class SuffixProposer(Proposer):
         self.stored: OrderedDict[int, list[int]] = OrderedDict()   # request id -> output (LRU order)
         self.stored_tokens = 0
         self.rows: dict[int, _Row] = {}
+        self.tree = tree                                   # a node budget: trees, not chains
 
     # ---- per-row index, kept in step with the sequence -------------------------------------
     def start(self, row, seq):
@@ -185,30 +216,43 @@ class SuffixProposer(Proposer):
         self.stored_tokens -= len(tokens)
 
     # ---- proposing ------------------------------------------------------------------------------
-    def propose_row(self, row: int, seq, k: int) -> list[int]:
-        r = self._sync(row, seq)
-        ids = seq.token_ids
+    def _matches(self, r: _Row, ids, k: int):
+        """(trie, node, match length) of the longest matched suffix with continuations in
+        the row's own index, then in the global one (each at most once)."""
         m_cap = min(self.max_match, self.depth - max(k, 1), len(ids))
-        best, best_exp = [], 0.0
         # own history: active[m] is the node of the length-m suffix; it has continuations
         # only if that suffix occurred before, followed by something
         for m in range(min(m_cap, len(r.active) - 1), 0, -1):
-            node = r.active[m]
-            if r.trie.out[node] > 0:
-                best, best_exp = r.trie.walk(node, m, k, self.alpha, self.min_prob)
+            if r.trie.out[r.active[m]] > 0:
+                yield r.trie, r.active[m], m
                 break
         if self.stored:
             for m in range(m_cap, 0, -1):
                 node = self.global_trie.lookup(ids[len(ids) - m:])
                 if node >= 0 and self.global_trie.out[node] > 0:
-                    toks, exp = self.global_trie.walk(node, m, k, self.alpha, self.min_prob)
-                    if exp > best_exp:
-                        best, best_exp = toks, exp
+                    yield self.global_trie, node, m
                     break
+
+    def propose_row(self, row: int, seq, k: int) -> tuple[list[int], list[int]]:
+        """(tokens, parents) of this row's proposal: a path (parents i - 1), or with a tree
+        budget a token tree; of the index whose proposal expects more accepted tokens."""
+        best, best_exp = ([], []), 0.0
+        for trie, node, m in self._matches(self._sync(row, seq), seq.token_ids, k):
+            if self.tree:
+                toks, parents, exp = trie.expand(node, m, k, self.alpha, self.min_prob, self.tree)
+            else:
+                toks, exp = trie.walk(node, m, k, self.alpha, self.min_prob)
+                parents = list(range(-1, len(toks) - 1))
+            if exp > best_exp:
+                best, best_exp = (toks, parents), exp
         return best
 
     def propose(self, context, k):
-        return pack([np.asarray(self.propose_row(b, seq, k), dtype=np.int64) for b, seq in enumerate(context)])
+        rows = [self.propose_row(b, seq, k) for b, seq in enumerate(context)]
+        d = pack([np.asarray(t, dtype=np.int64) for t, _ in rows])
+        if self.tree:
+            d.parents = [p for _, p in rows]
+        return d
 
 
 @register("suffix")
@@ -216,4 +260,4 @@ def _build(target, spec, draft_model=None, rows=1, max_len=1024, **_):
     o = spec.opts
     return SuffixProposer(depth=o.get("suffix_depth", 24), max_match=o.get("suffix_max_match", 16),
                           alpha=o.get("suffix_alpha", 1.0), min_prob=o.get("suffix_min_prob", 0.1),
-                          global_tokens=o.get("suffix_global_tokens", 4096))
+                          global_tokens=o.get("suffix_global_tokens", 4096), tree=spec.tree)

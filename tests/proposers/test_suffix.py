@@ -112,3 +112,47 @@ def test_bad_settings_raise():
         SuffixProposer(depth=1)
     with pytest.raises(ConfigError):
         SuffixProposer(alpha=0)
+
+
+def test_a_tree_keeps_the_likeliest_continuations_best_first():
+    """After "1" the text went on with 2 four times and 3 twice; after "1 2", with 7 three
+    times and 8 once. Scores: 2 4/6, its child 7 4/6 * 3/4 = 1/2, 3 2/6, 8 1/6. Budget 3
+    keeps 2, 7 and 3, best first, parents before children; depth is capped at k, and nodes
+    under min_prob are cut."""
+    t = SuffixTrie(6)
+    t.add([1, 2, 7, 1, 2, 7, 1, 2, 7, 1, 2, 8, 1, 3, 1, 3, 1])
+    node = t.lookup([1])
+    tokens, parents, expected = t.expand(node, 1, k=2, alpha=2.0, min_prob=0.0, budget=3)
+    assert (tokens, parents) == ([2, 7, 3], [-1, 0, -1]) and expected == pytest.approx(4 / 6 + 1 / 2 + 2 / 6)
+    tokens, parents, _ = t.expand(node, 1, k=1, alpha=2.0, min_prob=0.0, budget=8)   # depth 1 only
+    assert (tokens, parents) == ([2, 3], [-1, -1])
+    tokens, _, _ = t.expand(node, 1, k=2, alpha=2.0, min_prob=0.4, budget=8)          # below 0.4: cut
+    assert tokens == [2, 7]
+
+
+def test_the_proposer_drafts_a_tree_per_row_with_a_budget():
+    p = SuffixProposer(tree=6, min_prob=0.0, alpha=2.0)      # a 1-token match may go 2 deep
+    s = Seq([1, 2, 7, 1, 2, 7, 1, 2, 8, 1, 3, 1])
+    p.start(0, s)
+    d = p.propose([s], 2)
+    tokens = d.tokens[0, :d.lengths[0]].tolist()
+    assert tokens[:2] == [2, 7] and sorted(tokens) == [1, 2, 3, 7, 8] and d.parents[0].count(-1) == 2
+    assert all(q < i for i, q in enumerate(d.parents[0]))
+
+
+def test_suffix_trees_are_exact():
+    """Greedy output with suffix trees equals plain greedy output (the tiny model's loops
+    give the index matches, so some drafts are accepted)."""
+    from specdec.config import EngineConfig, SamplingParams, SpecConfig
+    from specdec.engine import Engine
+    from tests.conftest import make_model, random_prompts
+    target = make_model(0)
+    prompts = [p * 3 for p in random_prompts(40, seed=4, hi=12)]
+    params = SamplingParams(max_new_tokens=64, ignore_eos=True)
+
+    def run(spec):
+        eng = Engine(target, spec, EngineConfig(max_batch=8, max_model_len=256))
+        return [s.output_ids for s in eng.generate(prompts, params)], eng.metrics
+    plain, _ = run(SpecConfig(method="none", k=0))
+    spec, m = run(SpecConfig(method="suffix", k=4, tree=12, options={"suffix_min_prob": 0.0}))
+    assert spec == plain and m.tree_rounds > 0 and m.num_accepted_tokens > 0
