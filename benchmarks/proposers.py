@@ -42,11 +42,13 @@ SEED = 1234        # request i is seeded SEED + i, so every method and repeat sa
 
 def parse_method(label: str, k):
     """'draft' -> (draft, k, 0); 'draft@6' -> (draft, 6, 0); 'tree16@4' -> (draft, 4, 16);
-    'treeauto@4' -> (draft, 4, "auto")."""
+    'treeauto@4' -> (draft, 4, "auto"); 'suffixtree16@4' -> (suffix, 4, 16): another
+    proposer's trees."""
     name, _, own_k = label.partition("@")
     k = _k(own_k) if own_k else k
-    if name.startswith("tree"):
-        return "draft", k, "auto" if name[4:] == "auto" else int(name[4:])
+    if "tree" in name:
+        method, _, size = name.partition("tree")
+        return method or "draft", k, "auto" if size == "auto" else int(size)
     return name, k, 0
 
 
@@ -123,11 +125,13 @@ def markdown(results: dict, meta: dict) -> str:
         if "auto" in per:
             best.append(f"- {w}: best single = {top} ({singles[top]:.2f}x); auto = {per['auto']['speedup']:.2f}x "
                         f"({per['auto']['speedup'] / singles[top]:.0%} of best)")
-    for w, per in results.items():                       # token trees against chains of the draft model
+    for w, per in results.items():                       # each proposer's token trees against its chains
         kinds = {m: parse_method(m, meta["k"]) for m in per}
-        chains = [m for m, (meth, _, tree) in kinds.items() if meth == "draft" and not tree]
-        trees = [m for m, (_, _, tree) in kinds.items() if tree]
-        if chains and trees:
+        for method in sorted({meth for meth, _, tree in kinds.values() if tree}):
+            chains = [m for m, (meth, _, tree) in kinds.items() if meth == method and not tree]
+            trees = [m for m, (meth, _, tree) in kinds.items() if meth == method and tree]
+            if not chains:
+                continue
             c = max(chains, key=lambda m: per[m]["tokens_per_s"])
             t = max(trees, key=lambda m: per[m]["tokens_per_s"])
             best.append(f"- {w}: best tree {t} against the best chain {c}: mean acceptance length "
