@@ -5,7 +5,8 @@ yields one token. A tree spends a node budget on several guesses: level 1 holds 
 `width` most likely first tokens, and each later level the `width` most likely extensions of
 the level before (by the path's draft log-probability, over all of that level's children).
 After k levels the `budget` nodes with the highest path scores are kept (`--tree auto`: as
-many as pay for their verification, tree_size.py). A child never scores
+many as pay for their verification, and for a while none when no tree pays; tree_size.py).
+A child never scores
 above its parent (log-probabilities are <= 0) and ties keep the earlier node, so the kept
 nodes always include their ancestors.
 
@@ -35,7 +36,7 @@ from ..errors import ConfigError
 from ..verify.sampling import sample
 from .base import Draft, register
 from .draft_model import DraftModelProposer
-from .tree_size import AUTO_NODES, Calibration, best_size
+from .tree_size import AUTO_NODES, Backoff, Calibration, best_rate
 
 
 def tree_width(budget: int, k: int) -> int:
@@ -55,11 +56,14 @@ class DraftTreeProposer(DraftModelProposer):
         if budget == "auto" and cost is None:
             raise ConfigError("--tree auto needs the target's measured forward costs (build.make_engine)")
         self.budget, self.cost, self._was_tree = budget, cost, False
-        self.calibration = Calibration()
+        self.calibration, self.backoff = Calibration(), Backoff()
 
     def propose(self, batch: Batch, k: int) -> Draft:
         s = batch.sampling
         self._was_tree = not (s.processed or s.any_coupled or not (s.all_argmax or s.temperature_only))
+        if self._was_tree and self.budget == "auto" and s.all_argmax and self.backoff.take():
+            self._was_tree, self._committed = False, None       # a plain step (tree_size.py: no tree)
+            return Draft(tokens=torch.zeros(len(batch), 0, dtype=torch.long, device=self.model.device), probs=None)
         return self._tree(batch, k) if self._was_tree else super().propose(batch, k)
 
     @torch.inference_mode()
@@ -113,9 +117,11 @@ class DraftTreeProposer(DraftModelProposer):
         # 3. Keep the budget's best nodes (ties: the earlier node), in node order.
         all_scores = torch.cat(scores, 1)                                                  # (B, w k)
         probs = all_scores.exp().sort(-1, descending=True).values                          # (B, w k)
-        n = (all_scores.shape[1] if sampled
-             else best_size(probs, self.calibration.c, self.cost, time.perf_counter() - t0) if auto
-             else min(self.budget, all_scores.shape[1]))
+        if auto and not sampled:
+            n, rate = best_rate(probs, self.calibration.c, self.cost, time.perf_counter() - t0)
+            self.backoff.judge(rate, B / self.cost(B, 1))          # plain's rate: B tokens a step
+        else:
+            n = all_scores.shape[1] if sampled else min(self.budget, all_scores.shape[1])
         order = torch.arange(all_scores.shape[1], device=dev).expand(B, -1)
         rank = torch.argsort(torch.argsort(-all_scores, dim=-1, stable=True), dim=-1)            # (B, w k)
         keep = torch.sort(torch.where(rank < n, order, order.shape[1] + order), -1).values[:, :n]

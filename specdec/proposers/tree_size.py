@@ -17,6 +17,12 @@ the objective no longer is, and kept too few nodes (a greedy depth-4 tree kept 2
 round where the chain of 4 made 3.3). c calibrates the draft's confidence to what
 verification accepts: the ratio of accepted nodes to predicted ones over recent rounds. At a
 large batch t grows with N and the chosen tree shrinks towards a few nodes per row.
+
+No tree at all: when even the best N's rate is below plain decoding's, B / t(B, 1), the
+proposer drafts nothing for the next rounds (plain steps), a number that doubles each time
+a tree is found not to pay, up to NONE_BACKOFF_MAX, and returns to 1 once one pays (`Backoff`).
+A drafted round is the only measurement of what a tree would accept, so it is never given up
+for good: the batch, the text and so the acceptance change.
 """
 from __future__ import annotations
 
@@ -29,16 +35,49 @@ from ..costs.profiling import ModelProfile, grid_rows
 AUTO_NODES = 32      # nodes drafted when the size is chosen per round; on this project's CPU the
                      # verify forward at 33 positions already costs about 2x one at 9 (decode_cost)
 CALIBRATION_DECAY = 0.95   # the calibration's memory: about the last 20 rounds
+NONE_BACKOFF_MAX = 32      # plain rounds at most between two drafted ones once trees stop paying:
+                           # a drafted round at batch 16 costs a few plain steps, so about 1/33 of
+                           # the rounds re-measure, and a workload where trees pay again regains
+                           # them within 32 rounds
 
 
-def best_size(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], float], spent: float = 0.0) -> int:
+def best_rate(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], float],
+              spent: float = 0.0) -> tuple[int, float]:
     """path_probs (B, W): each row's node path probabilities, largest first; c: the
     calibration; cost(b, q): seconds of a target forward of b rows x q positions; spent: the
-    seconds the round's drafting took -> N in 1..W."""
+    seconds the round's drafting took -> (N in 1..W, the round's expected tokens a second)."""
     B, W = path_probs.shape
     gain = B + c * path_probs.sum(0).cumsum(0)                                        # (W,) N = 1..W
     seconds = spent + torch.tensor([cost(B, n + 1) for n in range(1, W + 1)], dtype=gain.dtype)
-    return int(torch.argmax(gain / seconds.clamp_min(1e-9))) + 1
+    rate = gain / seconds.clamp_min(1e-9)                                             # (W,) tokens/s
+    n = int(torch.argmax(rate))
+    return n + 1, float(rate[n])
+
+
+def best_size(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], float], spent: float = 0.0) -> int:
+    """N of `best_rate`."""
+    return best_rate(path_probs, c, cost, spent)[0]
+
+
+class Backoff:
+    """Rounds to decode plainly after a tree was found not to pay: 1, 2, 4, ... NONE_BACKOFF_MAX
+    in a row, back to 1 after a tree that pays."""
+
+    def __init__(self):
+        self.skip, self.next = 0, 1
+
+    def take(self) -> bool:
+        """True (and one fewer to go) when this round should draft nothing."""
+        if self.skip:
+            self.skip -= 1
+            return True
+        return False
+
+    def judge(self, tree_rate: float, plain_rate: float) -> None:
+        if tree_rate < plain_rate:
+            self.skip, self.next = self.next, min(2 * self.next, NONE_BACKOFF_MAX)
+        else:
+            self.next = 1
 
 
 class Calibration:

@@ -5,7 +5,7 @@ import torch
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.errors import ConfigError
-from specdec.proposers.tree_size import Calibration, best_size
+from specdec.proposers.tree_size import NONE_BACKOFF_MAX, Backoff, Calibration, best_rate, best_size
 from tests.conftest import make_model, perturbed, random_prompts
 
 PROBS = torch.tensor([[0.9, 0.6, 0.3, 0.1, 0.05, 0.01]])     # one row's path probabilities, sorted
@@ -64,3 +64,42 @@ def test_auto_times_the_target_once_per_batch_size(capsys):
         make_engine(Models(target, None, draft), spec, EngineConfig(max_batch=rows, max_model_len=64))
     notes = [line for line in capsys.readouterr().err.splitlines() if "timing the target's verify forwards" in line]
     assert [n.split("batch up to ")[1] for n in notes] == ["3)", "5)"]
+
+
+def test_a_tree_that_does_not_pay_backs_off_to_plain_steps_and_returns():
+    """best_rate's rate against plain's: each tree that loses doubles the plain rounds that
+    follow (1, 2, 4, ... NONE_BACKOFF_MAX); one that pays resets them to 1."""
+    steep = lambda b, q: float(q)                             # noqa: E731
+    n, rate = best_rate(PROBS, 1.0, steep, spent=1.0)
+    assert n == best_size(PROBS, 1.0, steep, spent=1.0) and rate < 1 / steep(1, 1)   # plain: 1 token a step
+    b, skipped = Backoff(), []
+    for _ in range(7):
+        b.judge(rate, 1.0)
+        runs = 0
+        while b.take():
+            runs += 1
+        skipped.append(runs)
+    assert skipped == [1, 2, 4, 8, 16, 32, 32] and NONE_BACKOFF_MAX == 32
+    b.judge(2.0, 1.0)
+    b.judge(rate, 1.0)
+    assert b.take() and not b.take()
+
+
+def test_auto_trees_give_way_to_plain_steps_where_verification_is_costly(tiny_target):
+    """A target whose every extra verify position costs a whole step: no tree pays, so most
+    rounds draft nothing, and the output is still plain's."""
+    from specdec.engine import Engine
+    from specdec.proposers.draft_tree import DraftTreeProposer
+    draft = perturbed(tiny_target, 0.05, seed=3)
+    prompts = random_prompts(8, seed=22)
+    params = SamplingParams(max_new_tokens=40, ignore_eos=True)
+    cfg = EngineConfig(max_batch=4, max_model_len=128)
+    spec = SpecConfig(method="draft", k=4, tree="auto")
+    prop = DraftTreeProposer(draft, 4, 128, "auto", cost=lambda b, q: float(q))
+    drafted, tree = [], prop._tree
+    prop._tree = lambda batch, k: drafted.append(len(batch)) or tree(batch, k)
+    eng = Engine(tiny_target, spec, cfg, draft=draft, proposer=prop)
+    plain = Engine(tiny_target, SpecConfig(method="none", k=0), cfg)
+    assert [s.output_ids for s in eng.generate(prompts, params)] == \
+        [s.output_ids for s in plain.generate(prompts, params)]
+    assert 0 < len(drafted) <= 8 and eng.metrics.steps > 60, (len(drafted), eng.metrics.steps)  # 1+2+4+...
