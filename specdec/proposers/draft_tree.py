@@ -36,7 +36,7 @@ from ..errors import ConfigError
 from ..verify.sampling import sample
 from .base import Draft, register
 from .draft_model import DraftModelProposer
-from .tree_size import AUTO_NODES, Backoff, Calibration, best_rate
+from .tree_size import AUTO_NODES, Backoff, Calibration, RoundRates, best_rate
 
 
 def tree_width(budget: int, k: int) -> int:
@@ -56,14 +56,21 @@ class DraftTreeProposer(DraftModelProposer):
         if budget == "auto" and cost is None:
             raise ConfigError("--tree auto needs the target's measured forward costs (build.make_engine)")
         self.budget, self.cost, self._was_tree = budget, cost, False
-        self.calibration, self.backoff = Calibration(), Backoff()
+        self.calibration, self.backoff, self.rates = Calibration(), Backoff(), RoundRates()
 
     def propose(self, batch: Batch, k: int) -> Draft:
         s = batch.sampling
         self._was_tree = not (s.processed or s.any_coupled or not (s.all_argmax or s.temperature_only))
-        if self._was_tree and self.budget == "auto" and s.all_argmax and self.backoff.take():
+        auto = self._was_tree and self.budget == "auto" and s.all_argmax
+        if auto and self.rates.rate["plain"] is not None and self.rates.kind == "tree":
+            self.rates.start(None)                      # the tree round that just ended, then judge it
+            r = self.rates
+            self.backoff.judge(r.rate["tree"], r.rate["plain"], r.seconds["tree"], r.seconds["plain"])
+        if auto and (self.backoff.take() or self.rates.plain_due()):
+            self.rates.start("plain")
             self._was_tree, self._committed = False, None       # a plain step (tree_size.py: no tree)
             return Draft(tokens=torch.zeros(len(batch), 0, dtype=torch.long, device=self.model.device), probs=None)
+        self.rates.start("tree" if auto else None)
         return self._tree(batch, k) if self._was_tree else super().propose(batch, k)
 
     @torch.inference_mode()
@@ -118,8 +125,11 @@ class DraftTreeProposer(DraftModelProposer):
         all_scores = torch.cat(scores, 1)                                                  # (B, w k)
         probs = all_scores.exp().sort(-1, descending=True).values                          # (B, w k)
         if auto and not sampled:
-            n, rate = best_rate(probs, self.calibration.c, self.cost, time.perf_counter() - t0)
-            self.backoff.judge(rate, B / self.cost(B, 1))          # plain's rate: B tokens a step
+            spent = time.perf_counter() - t0
+            n, rate = best_rate(probs, self.calibration.c, self.cost, spent)
+            if self.rates.rate["plain"] is None:                   # not measured yet: predicted
+                plain = self.cost(B, 1)                            # a plain step: B tokens
+                self.backoff.judge(rate, B / plain, spent + self.cost(B, n + 1), plain)
         else:
             n = all_scores.shape[1] if sampled else min(self.budget, all_scores.shape[1])
         order = torch.arange(all_scores.shape[1], device=dev).expand(B, -1)
@@ -139,6 +149,10 @@ class DraftTreeProposer(DraftModelProposer):
         return draft
 
     def rollback(self, num_accepted):
+        self.rates.emitted(len(num_accepted) + sum(num_accepted))      # each row: accepted + 1
+        self._rollback(num_accepted)
+
+    def _rollback(self, num_accepted):
         """Keep the accepted branch's fed nodes: their K/V move from their tree slots to the
         committed tokens' next slots (KVCache.keep_path), every other node is dropped, and
         the next round feeds only what was never fed (the branch's last level, the new token)."""

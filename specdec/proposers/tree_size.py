@@ -18,14 +18,21 @@ round where the chain of 4 made 3.3). c calibrates the draft's confidence to wha
 verification accepts: the ratio of accepted nodes to predicted ones over recent rounds. At a
 large batch t grows with N and the chosen tree shrinks towards a few nodes per row.
 
-No tree at all: when even the best N's rate is below plain decoding's, B / t(B, 1), the
-proposer drafts nothing for the next rounds (plain steps), a number that doubles each time
-a tree is found not to pay, up to NONE_BACKOFF_MAX, and returns to 1 once one pays (`Backoff`).
-A drafted round is the only measurement of what a tree would accept, so it is never given up
-for good: the batch, the text and so the acceptance change.
+No tree at all: when tree rounds emit fewer tokens a second than plain steps do, the
+proposer drafts nothing for the next rounds (plain steps): as many as make the losing tree
+round's excess time (its seconds less what plain steps would have taken for its tokens)
+EXPLORE_SHARE of the plain time after it, at most NONE_SKIP_MAX (`Backoff`).
+Both rates are measured (`RoundRates`: tokens emitted over the wall time from one round's
+start to the next's, so the engine's own work counts); one plain step in PLAIN_PROBE_EVERY
+tree rounds keeps plain's rate current. Until plain has been measured, the prediction stands
+in: the best N's rate against B / t(B, 1). A drafted round is the only measurement of what a
+tree would accept, so trees are never given up for good: the batch, the text and so the
+acceptance change.
 """
 from __future__ import annotations
 
+import math
+import time
 from typing import Callable
 
 import torch
@@ -35,10 +42,10 @@ from ..costs.profiling import ModelProfile, grid_rows
 AUTO_NODES = 32      # nodes drafted when the size is chosen per round; on this project's CPU the
                      # verify forward at 33 positions already costs about 2x one at 9 (decode_cost)
 CALIBRATION_DECAY = 0.95   # the calibration's memory: about the last 20 rounds
-NONE_BACKOFF_MAX = 32      # plain rounds at most between two drafted ones once trees stop paying:
-                           # a drafted round at batch 16 costs a few plain steps, so about 1/33 of
-                           # the rounds re-measure, and a workload where trees pay again regains
-                           # them within 32 rounds
+EXPLORE_SHARE = 0.03      # the time a losing tree round may cost, as a share of the plain steps
+                          # that follow it: the tree issue's bound at batch 16 (3%)
+NONE_SKIP_MAX = 256       # plain steps at most before a tree is drafted again: a workload where
+                          # trees pay again regains them within 256 steps (about 1 s at batch 1)
 
 
 def best_rate(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], float],
@@ -59,12 +66,45 @@ def best_size(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], flo
     return best_rate(path_probs, c, cost, spent)[0]
 
 
-class Backoff:
-    """Rounds to decode plainly after a tree was found not to pay: 1, 2, 4, ... NONE_BACKOFF_MAX
-    in a row, back to 1 after a tree that pays."""
+PLAIN_PROBE_EVERY = 32    # tree rounds per plain step measured for comparison (about 3% of rounds)
+RATE_DECAY = 0.8          # the measured rates' memory: about the last 5 rounds of each kind
+
+
+class RoundRates:
+    """Tokens a second of the last rounds of each kind ("tree", "plain"), measured from one
+    round's start to the next's; None until a round of that kind ended."""
 
     def __init__(self):
-        self.skip, self.next = 0, 1
+        self.rate: dict[str, float | None] = {"tree": None, "plain": None}
+        self.seconds: dict[str, float | None] = {"tree": None, "plain": None}      # the last round's
+        self.kind, self._t, self._emitted, self.trees_since_plain = None, 0.0, 0, 0
+
+    def start(self, kind: str | None) -> None:
+        """A round of `kind` (None: not measured) starts; the previous one ended now."""
+        now = time.perf_counter()
+        if self.kind is not None and self._emitted:
+            r = self._emitted / max(now - self._t, 1e-9)
+            self.seconds[self.kind] = now - self._t
+            old = self.rate[self.kind]
+            self.rate[self.kind] = r if old is None else RATE_DECAY * old + (1 - RATE_DECAY) * r
+        self.kind, self._t, self._emitted = kind, now, 0
+        self.trees_since_plain = 0 if kind == "plain" else self.trees_since_plain + (kind == "tree")
+
+    def emitted(self, tokens: int) -> None:
+        self._emitted = tokens
+
+    def plain_due(self) -> bool:
+        """Time to measure a plain step: never yet, or PLAIN_PROBE_EVERY tree rounds ago."""
+        return self.rate["tree"] is not None and (self.rate["plain"] is None
+                                                  or self.trees_since_plain >= PLAIN_PROBE_EVERY)
+
+
+class Backoff:
+    """Rounds to decode plainly after a tree round that did not pay, so that its excess time is
+    EXPLORE_SHARE of theirs; none after one that paid."""
+
+    def __init__(self):
+        self.skip = 0
 
     def take(self) -> bool:
         """True (and one fewer to go) when this round should draft nothing."""
@@ -73,11 +113,13 @@ class Backoff:
             return True
         return False
 
-    def judge(self, tree_rate: float, plain_rate: float) -> None:
-        if tree_rate < plain_rate:
-            self.skip, self.next = self.next, min(2 * self.next, NONE_BACKOFF_MAX)
-        else:
-            self.next = 1
+    def judge(self, tree_rate: float, plain_rate: float, tree_seconds: float, plain_seconds: float) -> None:
+        """Rates in tokens a second; seconds of a tree round and of a plain step."""
+        if tree_rate >= plain_rate:
+            self.skip = 0
+            return
+        excess = tree_seconds * (1 - tree_rate / plain_rate)      # beyond plain steps' time for its tokens
+        self.skip = min(NONE_SKIP_MAX, math.ceil(excess / (EXPLORE_SHARE * max(plain_seconds, 1e-9))))
 
 
 class Calibration:

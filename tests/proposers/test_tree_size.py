@@ -1,11 +1,13 @@
 """`--tree auto`: the kept size follows the costs and the draft's confidence, and stays exact."""
+import math
+
 import pytest
 import torch
 
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.errors import ConfigError
-from specdec.proposers.tree_size import NONE_BACKOFF_MAX, Backoff, Calibration, best_rate, best_size
+from specdec.proposers.tree_size import EXPLORE_SHARE, NONE_SKIP_MAX, Backoff, Calibration, best_rate, best_size
 from tests.conftest import make_model, perturbed, random_prompts
 
 PROBS = torch.tensor([[0.9, 0.6, 0.3, 0.1, 0.05, 0.01]])     # one row's path probabilities, sorted
@@ -67,22 +69,23 @@ def test_auto_times_the_target_once_per_batch_size(capsys):
 
 
 def test_a_tree_that_does_not_pay_backs_off_to_plain_steps_and_returns():
-    """best_rate's rate against plain's: each tree that loses doubles the plain rounds that
-    follow (1, 2, 4, ... NONE_BACKOFF_MAX); one that pays resets them to 1."""
+    """best_rate's rate against plain's: a tree round that loses is followed by plain steps
+    enough that its excess time is EXPLORE_SHARE of theirs (at most NONE_SKIP_MAX); one that
+    pays by none."""
     steep = lambda b, q: float(q)                             # noqa: E731
     n, rate = best_rate(PROBS, 1.0, steep, spent=1.0)
     assert n == best_size(PROBS, 1.0, steep, spent=1.0) and rate < 1 / steep(1, 1)   # plain: 1 token a step
-    b, skipped = Backoff(), []
-    for _ in range(7):
-        b.judge(rate, 1.0)
-        runs = 0
-        while b.take():
-            runs += 1
-        skipped.append(runs)
-    assert skipped == [1, 2, 4, 8, 16, 32, 32] and NONE_BACKOFF_MAX == 32
-    b.judge(2.0, 1.0)
-    b.judge(rate, 1.0)
-    assert b.take() and not b.take()
+    b = Backoff()
+    b.judge(1.0, 2.0, tree_seconds=0.3, plain_seconds=0.05)    # 0.15 s lost: 0.15 / (0.03 * 0.05) = 100
+    assert b.skip == math.ceil(0.15 / (EXPLORE_SHARE * 0.05)) == 100
+    skipped = 0
+    while b.take():
+        skipped += 1
+    assert skipped == 100
+    b.judge(1.0, 2.0, tree_seconds=30.0, plain_seconds=0.05)
+    assert b.skip == NONE_SKIP_MAX
+    b.judge(2.0, 2.0, tree_seconds=0.3, plain_seconds=0.05)
+    assert not b.take()
 
 
 def test_auto_trees_give_way_to_plain_steps_where_verification_is_costly(tiny_target):
@@ -102,4 +105,4 @@ def test_auto_trees_give_way_to_plain_steps_where_verification_is_costly(tiny_ta
     plain = Engine(tiny_target, SpecConfig(method="none", k=0), cfg)
     assert [s.output_ids for s in eng.generate(prompts, params)] == \
         [s.output_ids for s in plain.generate(prompts, params)]
-    assert 0 < len(drafted) <= 8 and eng.metrics.steps > 60, (len(drafted), eng.metrics.steps)  # 1+2+4+...
+    assert 0 < len(drafted) <= 4 and eng.metrics.steps > 60, (len(drafted), eng.metrics.steps)
