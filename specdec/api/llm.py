@@ -38,7 +38,7 @@ class LLM:
     head: eagle's feature head (default: the bundled head, for the bundled target).
     k: draft tokens per round: 0..16, "auto" (adaptive, the default) or "heuristic".
     tree: 0 (chains), or a token tree's node budget per round, of depth k (a fixed k;
-        methods draft and ngram; docs/trees.md).
+        methods draft, ngram and suffix; docs/trees.md).
     speculative_config: vLLM's dict, {"method": "draft_model" | "ngram" | "suffix" | ...,
         "model": draft dir, "num_speculative_tokens": k, "prompt_lookup_min"/"_max": n}.
     Engine options: k_max, max_batch, max_model_len (default: the target's context),

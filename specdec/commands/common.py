@@ -57,7 +57,7 @@ def add_method_args(p, k_table: bool = True, tree: bool = True) -> None:
     if tree:     # trace reads chains of drafts (a tree round: benchmarks/tree_picture.py)
         p.add_argument("--tree", type=parse_tree, default=0, metavar="N|auto|off",
                        help="draft a token tree of up to N nodes and depth --k per round instead of a chain "
-                            "(methods draft and ngram, fixed k; greedy or temperature-only sampling; auto: the draft "
+                            "(methods draft, ngram and suffix, fixed k; greedy or temperature-only sampling; auto: the draft "
                             "model's tree, sized each round by the target's measured costs; default off)")
     p.add_argument("--ngram-min", type=int, default=NGRAM_MIN)
     p.add_argument("--ngram-max", type=int, default=NGRAM_MAX)
