@@ -210,7 +210,8 @@ class SpecConfig:
             raise ConfigError(f"tree must be 0 (a chain), a node budget in 2..{MAX_TREE_NODES} or 'auto', "
                               f"got {self.tree!r}")
         if self.tree and self.method not in TREE_METHODS:
-            raise ConfigError(f"a token tree needs method {' or '.join(TREE_METHODS)}, got {self.method!r}")
+            raise ConfigError(f"a token tree needs method {', '.join(TREE_METHODS[:-1])} or {TREE_METHODS[-1]}, "
+                              f"got {self.method!r}")
         if self.tree == "auto" and self.method != "draft":
             raise ConfigError(f"tree 'auto' sizes the draft model's trees (method draft), got method {self.method!r}")
         if self.tree and not isinstance(self.k, int):

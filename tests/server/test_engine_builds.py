@@ -108,7 +108,7 @@ def test_a_request_may_ask_for_a_token_tree(tiny_models):
         assert r.status_code == 200 and r.json()["choices"][0]["text"] == plain
         assert ("draft", 3, 8) in app.state.worker.engines
         for bad, param in (({"method": "draft", "k": 3, "tree": 99}, "speculative.tree"),
-                           ({"method": "suffix", "k": 3, "tree": 8}, "speculative.tree"),
+                           ({"method": "layerskip", "k": 3, "tree": 8}, "speculative.tree"),
                            ({"method": "draft", "k": "auto", "tree": 8}, "speculative.tree")):
             r = httpx.post(url + "/v1/completions", json={**body, "speculative": bad}, timeout=60)
             assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
