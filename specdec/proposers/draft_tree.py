@@ -57,20 +57,20 @@ class DraftTreeProposer(DraftModelProposer):
             raise ConfigError("--tree auto needs the target's measured forward costs (build.make_engine)")
         self.budget, self.cost, self._was_tree = budget, cost, False
         self.calibration, self.backoff, self.rates = Calibration(), Backoff(), RoundRates()
+        self._no_draft = torch.zeros(rows, 0, dtype=torch.long, device=model.device)   # (rows, 0)
 
     def propose(self, batch: Batch, k: int) -> Draft:
         s = batch.sampling
         self._was_tree = not (s.processed or s.any_coupled or not (s.all_argmax or s.temperature_only))
-        auto = self._was_tree and self.budget == "auto" and s.all_argmax
-        if auto and self.rates.rate["plain"] is not None and self.rates.kind == "tree":
-            self.rates.start(None)                      # the tree round that just ended, then judge it
-            r = self.rates
+        auto, r = self._was_tree and self.budget == "auto" and s.all_argmax, self.rates
+        if r.end() == "tree" and r.rate["plain"] is not None:    # judge the tree round that just ended
             self.backoff.judge(r.rate["tree"], r.rate["plain"], r.seconds["tree"], r.seconds["plain"])
-        if auto and (self.backoff.take() or self.rates.plain_due()):
-            self.rates.start("plain")
+        if auto and (self.backoff.take() or r.plain_due()):
+            r.begin("plain")
             self._was_tree, self._committed = False, None       # a plain step (tree_size.py: no tree)
-            return Draft(tokens=torch.zeros(len(batch), 0, dtype=torch.long, device=self.model.device), probs=None)
-        self.rates.start("tree" if auto else None)
+            return Draft(tokens=self._no_draft[:len(batch)], probs=None)
+        if auto:
+            r.begin("tree")
         return self._tree(batch, k) if self._was_tree else super().propose(batch, k)
 
     @torch.inference_mode()

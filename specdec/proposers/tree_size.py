@@ -79,16 +79,21 @@ class RoundRates:
         self.seconds: dict[str, float | None] = {"tree": None, "plain": None}      # the last round's
         self.kind, self._t, self._emitted, self.trees_since_plain = None, 0.0, 0, 0
 
-    def start(self, kind: str | None) -> None:
-        """A round of `kind` (None: not measured) starts; the previous one ended now."""
-        now = time.perf_counter()
-        if self.kind is not None and self._emitted:
+    def end(self) -> str | None:
+        """The running round ended now: record it; -> its kind (None: none was measured)."""
+        kind, now = self.kind, time.perf_counter()
+        if kind is not None and self._emitted:
             r = self._emitted / max(now - self._t, 1e-9)
-            self.seconds[self.kind] = now - self._t
-            old = self.rate[self.kind]
-            self.rate[self.kind] = r if old is None else RATE_DECAY * old + (1 - RATE_DECAY) * r
-        self.kind, self._t, self._emitted = kind, now, 0
-        self.trees_since_plain = 0 if kind == "plain" else self.trees_since_plain + (kind == "tree")
+            self.seconds[kind] = now - self._t
+            old = self.rate[kind]
+            self.rate[kind] = r if old is None else RATE_DECAY * old + (1 - RATE_DECAY) * r
+        self.kind = None
+        return kind
+
+    def begin(self, kind: str) -> None:
+        """A round of `kind` starts now."""
+        self.kind, self._t, self._emitted = kind, time.perf_counter(), 0
+        self.trees_since_plain = 0 if kind == "plain" else self.trees_since_plain + 1
 
     def emitted(self, tokens: int) -> None:
         self._emitted = tokens
