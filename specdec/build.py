@@ -22,7 +22,7 @@ import torch
 from .adaptive.calibrate import round_timer
 from .adaptive.layers import calibrated_layers
 from .adaptive.policy import AdaptiveK
-from .config import EngineConfig, SpecConfig
+from .config import AUTO_TREE_METHODS, EngineConfig, SpecConfig
 from .costs.cost_model import CostModel
 from .costs.profiling import grid_rows
 from .proposers.tree_size import tree_profile
@@ -179,7 +179,7 @@ def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
     require_cache_memory(models, spec, config)
     method = spec.method if spec.k != 0 else "none"
     tree_cost = None
-    if spec.tree == "auto" and method == "draft":      # a tree's size is weighed against these times
+    if spec.tree == "auto" and method in AUTO_TREE_METHODS:   # a tree's size is weighed against these times
         timed = _TREE_COSTS.setdefault(models.target, {})
         if config.max_batch not in timed:              # once per target and batch size in a process
             print(f"specdec: timing the target's verify forwards for --tree auto (batch up to {config.max_batch})",

@@ -7,7 +7,8 @@ from .errors import ConfigError
 
 K_MAX = 16
 MAX_TREE_NODES = 63   # a tree's root and nodes fit one 64-bit ancestor mask (models/tree.py)
-TREE_METHODS = ("draft", "ngram", "suffix")   # proposers that draft token trees (docs/trees.md)
+TREE_METHODS = ("draft", "eagle", "mtp", "ngram", "suffix")   # proposers that draft token trees (docs/trees.md)
+AUTO_TREE_METHODS = ("draft", "eagle", "mtp")   # trees sized by the drafter's confidence (tree_size.py)
 
 
 # the range torch.Generator.manual_seed accepts (a signed or unsigned 64-bit integer)
@@ -181,8 +182,8 @@ class SpecConfig:
        cost model), "heuristic" (Hugging Face's +2/-1 schedule) or a KTable (k by batch size).
     options: proposer-specific settings (e.g. ngram's min_n/max_n), by name.
     tree: 0 (a chain of k drafts), a node budget (2..MAX_TREE_NODES) for a token tree of depth
-       k (proposers that build trees: `draft`, `ngram`, `suffix`; docs/trees.md), or "auto" (the draft
-       model's trees, sized each round by the target's measured costs: proposers/tree_size.py).
+       k (proposers that build trees: TREE_METHODS; docs/trees.md), or "auto" (a draft model's or
+       feature head's trees, sized each round by the target's measured costs: proposers/tree_size.py).
     """
     method: str = "draft"
     k: int | str | KTable = 4
@@ -212,8 +213,9 @@ class SpecConfig:
         if self.tree and self.method not in TREE_METHODS:
             raise ConfigError(f"a token tree needs method {', '.join(TREE_METHODS[:-1])} or {TREE_METHODS[-1]}, "
                               f"got {self.method!r}")
-        if self.tree == "auto" and self.method != "draft":
-            raise ConfigError(f"tree 'auto' sizes the draft model's trees (method draft), got method {self.method!r}")
+        if self.tree == "auto" and self.method not in AUTO_TREE_METHODS:
+            raise ConfigError(f"tree 'auto' sizes a drafter's trees by its confidence (method "
+                              f"{', '.join(AUTO_TREE_METHODS)}), got method {self.method!r}")
         if self.tree and not isinstance(self.k, int):
             raise ConfigError(f"a token tree needs a fixed k (its depth), got k={self.k!r}")
 

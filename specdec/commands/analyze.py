@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
     p.add_argument("--k", type=_list(int), help="draft lengths to measure, e.g. 1,2,4,8")
     p.add_argument("--tree", type=parse_tree, default=0, metavar="N|auto|off",
                    help="also decode a token tree of depth k (node budget N, or sized by the costs: auto) "
-                        "beside every batch-1 chain, and compare them (methods draft and ngram; default off)")
+                        "beside every batch-1 chain, and compare them (the methods of generate --tree; default off)")
     p.add_argument("--compare", type=_list(str), default=[], metavar="M1,M2",
                    help="also decode these methods at every batch-1 k, side by side with --method "
                         "(e.g. draft,ngram; eagle uses --head or the bundled head)")

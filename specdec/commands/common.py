@@ -57,8 +57,9 @@ def add_method_args(p, k_table: bool = True, tree: bool = True) -> None:
     if tree:     # trace reads chains of drafts (a tree round: benchmarks/tree_picture.py)
         p.add_argument("--tree", type=parse_tree, default=0, metavar="N|auto|off",
                        help="draft a token tree of up to N nodes and depth --k per round instead of a chain "
-                            "(methods draft, ngram and suffix, fixed k; greedy or temperature-only sampling; auto: the draft "
-                            "model's tree, sized each round by the target's measured costs; default off)")
+                            "(methods draft, eagle, mtp, ngram and suffix, fixed k; greedy or temperature-only sampling; auto: "
+                            "a draft model's or feature head's tree, sized each round by the target's measured costs; "
+                            "default off)")
     p.add_argument("--ngram-min", type=int, default=NGRAM_MIN)
     p.add_argument("--ngram-max", type=int, default=NGRAM_MAX)
     p.add_argument("--layerskip-layers", type=int, help="layers of the target used as the draft")

@@ -21,11 +21,10 @@ import torch.nn.functional as F
 
 from ..batch import Batch, prompt_runs
 from ..costs.key import CostKey
-from ..errors import ConfigError
 from ..models.feature_head import FeatureHead, head_decoder
 from ..models.native.head import head_draft, pack
 from ..models.quantize import quantize
-from .base import Draft, Proposer, register
+from .base import Draft, Proposer
 from .picking import pick
 
 
@@ -108,17 +107,17 @@ class FeatureHeadProposer(Proposer):
         self.pending.pop(row, None)
 
     # ---- drafting ------------------------------------------------------------------------
-    def _forward(self, tokens, feats, positions, cache, hidden=None):
+    def _forward(self, tokens, feats, positions, cache, hidden=None, tree=None):
         """The head over entries (tokens (B, T), features (B, T, d)) at `positions` (default
         0..T-1) -> logits over the draft vocabulary (B, T, N); `hidden` (B, T, d) gets the
-        head's outputs (the next entries' features)."""
+        head's outputs (the next entries' features); `tree`: tree attention (models/tree.py)."""
         B, T = tokens.shape
         if positions is None:
             positions = torch.arange(T, device=tokens.device).expand(B, T).contiguous()
         hn = self.head.hnorm
         x = self._token_part[tokens] + F.linear(F.rms_norm(feats, hn.weight.shape, hn.weight, hn.eps),
                                                 self._feature_proj)                     # (B, T, d)
-        return self.decoder(tokens, positions, cache, embeds=x, hidden_out=hidden)
+        return self.decoder(tokens, positions, cache, embeds=x, hidden_out=hidden, tree=tree)
 
     def _full(self, logits):
         """(B, T, N) draft-vocabulary logits -> (B, T, V), -inf outside the draft vocabulary."""
@@ -152,6 +151,19 @@ class FeatureHeadProposer(Proposer):
                           s.temperature if sampled else None, u if sampled else None, self.target.config.vocab_size,
                           n_feed=n)
 
+    def _feed(self, tokens, feats, n, start):
+        """Feed the verified entries (tokens (B, T), features (B, T, d), n[b] per row, from
+        cache slot start[b]) in one forward -> the last entry's logits (B, N) and output (B, d)."""
+        B, T, dev = *tokens.shape, tokens.device
+        positions = (torch.tensor(start, device=dev)[:, None] + torch.arange(T, device=dev)).clamp_(
+            max=self.cache.max_len - 1)                                                        # (B, T)
+        hidden = torch.empty(B, T, self.head.config.hidden_size, device=dev)
+        logits = self._forward(tokens, feats, positions, self.cache, hidden)                    # (B, T, N)
+        for b in range(B):
+            self.cache.advance(b, n[b])
+        last, rows = torch.tensor([m - 1 for m in n], device=dev), torch.arange(B)
+        return logits[rows, last], hidden[rows, last]
+
     @torch.inference_mode()
     def propose(self, context: Batch, k: int) -> Draft:
         B, dev, d = len(context), self.target.device, self.head.config.hidden_size
@@ -166,15 +178,8 @@ class FeatureHeadProposer(Proposer):
             for b in range(B):
                 self.cache.advance(b, n[b] + k - 1)
             return Draft(tokens=out, probs=q)
-        T = tokens.shape[1]                            # the verified entries in one forward, then a loop
-        positions = (torch.tensor(start, device=dev)[:, None] + torch.arange(T, device=dev)).clamp_(
-            max=self.cache.max_len - 1)                                                        # (B, T)
-        hidden = torch.empty(B, T, d, device=dev)
-        logits = self._forward(tokens, feats, positions, self.cache, hidden)                    # (B, T, N)
-        for b in range(B):
-            self.cache.advance(b, n[b])
-        last, rows = torch.tensor([m - 1 for m in n], device=dev), torch.arange(B)
-        logits, h = logits[rows, last][:, None], hidden[rows, last][:, None]           # (B, 1, N), (B, 1, d)
+        logits, h = self._feed(tokens, feats, n, start)                    # the verified entries, then a loop
+        logits, h = logits[:, None], h[:, None]                                        # (B, 1, N), (B, 1, d)
         out, qs = [], []
         for i in range(k):                          # draft i+1 fills position first + i
             if greedy:                                  # argmax within the draft vocabulary
@@ -204,22 +209,3 @@ class FeatureHeadProposer(Proposer):
 
     def cost_key(self):
         return CostKey(self.name)
-
-
-def _factory(name: str):
-    def build(target, spec, head=None, rows=1, max_len=1024, **_):
-        if head is None:
-            where = ("--head DIR (the bundled target has a bundled head)" if name == "eagle"
-                     else "a target checkpoint with MTP layers (`specdec train eagle --mtp DIR` writes one)")
-            raise ConfigError(f"method {name!r} needs a feature head: {where}")
-        if head.source != name:
-            raise ConfigError(f"method {name!r} got {'MTP layers' if head.source == 'mtp' else 'an EAGLE head'}: "
-                              + ("--method mtp reads the target checkpoint's own" if name == "mtp"
-                                 else "name an EAGLE head with --head DIR"))
-        return FeatureHeadProposer(target, head, rows, max_len, name=name, weights=spec.opts.get(f"{name}_dtype", HEAD_DTYPE),
-                                   vocab_size=spec.opts.get(f"{name}_vocab"))
-    return build
-
-
-register("eagle")(_factory("eagle"))
-register("mtp")(_factory("mtp"))

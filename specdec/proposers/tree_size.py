@@ -142,6 +142,45 @@ class Calibration:
         self.predicted = CALIBRATION_DECAY * self.predicted + predicted
 
 
+class AutoSize:
+    """`--tree auto` for one proposer: the calibration, the back-off and the measured rates,
+    consulted at a round's start (`plain_now`), when its tree is drafted (`size`) and at its
+    rollback (`observe`)."""
+
+    def __init__(self, cost: Callable[[int, int], float]):
+        self.cost, self.calibration, self.backoff, self.rates = cost, Calibration(), Backoff(), RoundRates()
+        self._predicted: float | None = None
+
+    def plain_now(self, auto: bool) -> bool:
+        """A round starts: judge the tree round that just ended; -> True when this one (an auto
+        round) is a plain step, drafting nothing."""
+        r = self.rates
+        if r.end() == "tree" and r.rate["plain"] is not None:
+            self.backoff.judge(r.rate["tree"], r.rate["plain"], r.seconds["tree"], r.seconds["plain"])
+        if auto:
+            plain = self.backoff.take() or r.plain_due()
+            r.begin("plain" if plain else "tree")
+            return plain
+        return False
+
+    def size(self, probs: torch.Tensor, spent: float) -> int:
+        """probs (B, W): path probabilities, largest first; spent: the drafting's seconds -> N."""
+        B = probs.shape[0]
+        n, rate = best_rate(probs, self.calibration.c, self.cost, spent)
+        if self.rates.rate["plain"] is None:                       # not measured yet: predicted
+            plain = self.cost(B, 1)                                # a plain step: B tokens
+            self.backoff.judge(rate, B / plain, spent + self.cost(B, n + 1), plain)
+        self._predicted = float(probs[:, :n].sum())
+        return n
+
+    def observe(self, num_accepted: list[int]) -> None:
+        """The round's accepted drafts per row (each row also emitted one token of its own)."""
+        self.rates.emitted(len(num_accepted) + sum(num_accepted))
+        if self._predicted is not None:
+            self.calibration.observe(sum(num_accepted), self._predicted)
+        self._predicted = None
+
+
 TREE_QS = [1, 2, 3, 5, 9, 17, 25, 33]   # verify widths timed for --tree auto: up to AUTO_NODES + 1,
                                         # denser where the kernel's tiles change (1..9)
 

@@ -98,7 +98,7 @@ def test_bad_arguments_exit_2(tiny_dirs, tmp_path, capsys):
     rc = main(["analyze", "--target", str(target), "--method", "none", *BASE, "--out", str(tmp_path)])
     assert rc == 2 and "nothing to analyze" in capsys.readouterr().err
     rc = main(["analyze", "--target", str(target), "--method", "layerskip", *ARGS, "--out", str(tmp_path)])
-    assert rc == 2 and "a token tree needs method draft, ngram or suffix" in capsys.readouterr().err
+    assert rc == 2 and "a token tree needs method draft, eagle, mtp, ngram or suffix" in capsys.readouterr().err
 
 
 def test_prompts_file(tiny_dirs, tmp_path):

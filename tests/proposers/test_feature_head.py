@@ -8,30 +8,15 @@ import torch
 from specdec.batch import Batch
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.engine import Engine
-from specdec.models.head_loader import load_head, load_mtp, save_head, write_mtp
-from specdec.models.loader import load_model, save_checkpoint
 from specdec.proposers.base import Draft
 from specdec.proposers.feature_head import FeatureHeadProposer
-from tests.conftest import TOKENIZER, make_model, random_prompts
-from tests.proposers.heads import passthrough_head, random_head
+from tests.conftest import random_prompts
+from tests.proposers.conftest import SUBSET
+from tests.proposers.heads import random_head
 from tests.proposers.test_exact_law import NEW, P_MIN, PROMPT, V, exact_law, p_value
 
-SUBSET = list(range(0, 64, 2)) + list(range(1, 33, 2))     # 48 of the loopy target's 64 tokens
 N_HEAD = 10000      # continuations per law test: test_exact_law's negative controls catch every known
                     # verifier bug at 8,000 (p < 1e-29), and six runs at 20,000 cost the suite 30 s
-
-
-@pytest.fixture(scope="module")
-def heads(loopy_target, tmp_path_factory):
-    """{method: (target, head)}: an EAGLE head scoring 48 tokens, and the same layer read back as
-    the MTP layer of a checkpoint (all 64 tokens)."""
-    root = tmp_path_factory.mktemp("heads")
-    head = passthrough_head(loopy_target, 0.1, draft_vocab=SUBSET)
-    save_checkpoint(loopy_target, TOKENIZER, root / "target", dtype=torch.float32)
-    save_head(head, root / "eagle", dtype=torch.float32)
-    write_mtp(head, root / "target", root / "mtp", dtype=torch.float32)
-    target = load_model(root / "mtp")            # the MTP layer rides along, unread by the decoder
-    return {"eagle": (target, load_head(root / "eagle", target)), "mtp": (target, load_mtp(root / "mtp", target))}
 
 
 def _run(target, method, head, prompts, params, k, max_batch=16):
@@ -94,12 +79,6 @@ def test_the_first_draft_reads_the_prompts_features(heads):
 
 
 # ---- the sampling law (V = 5) ----------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def small():
-    target = make_model(3, std=0.5, vocab=V)
-    return target, random_head(target, seed=1, draft_vocab=[0, 2, 3])      # q = 0 on tokens 1 and 4
-
 
 @pytest.mark.parametrize("method,T,top_k,top_p", [      # each method: three temperatures, top-k, top-p
     ("eagle", 0.7, 3, 1.0), ("eagle", 1.0, 0, 0.8), ("eagle", 1.3, 0, 1.0),
