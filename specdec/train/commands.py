@@ -43,6 +43,10 @@ def add_parser(sub) -> None:
     p.add_argument("--minutes", type=float)
     p.add_argument("--lr", type=float)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: bf16 autocast on the GPU (target and draft; tools/gpu_train.sh)")
+    p.add_argument("--batch", type=int, default=TrainConfig.batch,
+                   help="sequences of 256 tokens per step (default 8; a GPU takes 64 or more)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, help="resumable state folder (default: cache dir)")
     p.set_defaults(func=run)
@@ -69,8 +73,12 @@ def run(args) -> int:
         return 0
     tok = Tokenizer.from_file(args.tokenizer, bos_id=0, eos_id=1)
     d = DEFAULTS[args.what]
+    if args.device != "cpu" and args.what not in ("target", "draft"):
+        raise ConfigError(f"--device {args.device}: only the target and draft train there; "
+                          f"{args.what} trains on the CPU")
     tc = TrainConfig(tokens=args.tokens or d["tokens"], minutes=args.minutes or d["minutes"],
-                     lr=args.lr or d["lr"], threads=args.threads, seed=args.seed)
+                     lr=args.lr or d["lr"], threads=args.threads, seed=args.seed, batch=args.batch,
+                     device=args.device)
     out = args.out or Path("models") / ("draft-distill" if args.what == "distill" else args.what)
     if args.mtp is not None and args.what != "eagle":
         raise ConfigError("--mtp goes with `specdec train eagle`")

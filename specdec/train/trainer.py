@@ -4,6 +4,10 @@ The cosine runs over whichever budget ends first, tokens or wall time, so a run 
 time limit still finishes with a decayed learning rate. State (weights, optimizer,
 step, tokens, elapsed time) is saved to `<work>/state.pt` every few minutes, and the
 model is exported as a Hugging Face checkpoint at the same time.
+
+On a CUDA device the forward and backward run under bf16 autocast (fp32 master weights and
+optimizer state, as on the CPU, where bf16 has no fast path on every machine we meet); the
+state file is the same on either device, so a run can move between them.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Callable
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from ..errors import ConfigError
 from ..models.llama import LlamaModel
 from ..models.loader import save_checkpoint
 
@@ -33,6 +38,18 @@ class TrainConfig:
     seed: int = 0
     save_every_min: float = 5.0
     threads: int = 2
+    device: str = "cpu"
+
+    def __post_init__(self):
+        for name in ("tokens", "batch", "seq_len", "warmup_steps", "threads"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                raise ConfigError(f"training: {name} must be a positive integer, got {getattr(self, name)!r}")
+        if not (self.minutes > 0 and self.lr > 0 and 0 <= self.min_lr_frac <= 1):
+            raise ConfigError("training: minutes and lr must be positive, min_lr_frac in [0, 1]")
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"training: device must be cpu or cuda, got {self.device!r}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("training: --device cuda, but torch sees no CUDA device here")
 
 
 def lr_at(cfg: TrainConfig, step: int, progress: float) -> float:
@@ -51,11 +68,13 @@ def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     work.mkdir(parents=True, exist_ok=True)
+    dev = torch.device(cfg.device)
+    model.to(dev)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+                            lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=dev.type == "cuda")
     state = {"step": 0, "tokens": 0, "elapsed": 0.0, "loss": float("nan")}
     sp = work / "state.pt"
     if sp.exists():
@@ -70,10 +89,12 @@ def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, sp.with_suffix(".tmp"))
         sp.with_suffix(".tmp").replace(sp)
         card = card_fn(state) if card_fn else None
+        model.to("cpu")                                 # the export is written from the CPU
         if export_fn is not None:
             export_fn(card)
         else:
             save_checkpoint(model, tokenizer_json, export, card=card)
+        model.to(dev)
 
     model.train()
     last_save, last_log, ema = time.time(), time.time(), None
@@ -85,8 +106,9 @@ def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
             progress = max(state["tokens"] / cfg.tokens, state["elapsed"] / budget_s)
             for g in opt.param_groups:
                 g["lr"] = lr_at(cfg, state["step"], progress)
-            x, y = batch_fn(state["step"])
-            loss = loss_fn(model, x, y)
+            x, y = (t.to(dev, non_blocking=True) for t in batch_fn(state["step"]))
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+                loss = loss_fn(model, x, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -108,10 +130,11 @@ def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
                 last_save = time.time()
     model.eval()
     save()
+    model.to("cpu")
     return state
 
 
 def lm_loss(model: LlamaModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    pos = torch.arange(x.shape[1]).expand_as(x)
+    pos = torch.arange(x.shape[1], device=x.device).expand_as(x)
     logits = model(x, pos)                                                    # (B, T, V)
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())

@@ -47,3 +47,23 @@ def test_training_lowers_loss_and_resumes(tmp_path):
     assert state2["step"] == 35
     loaded = load_model(tmp_path / "out")
     assert loaded.config.vocab_size == 64
+
+
+def test_training_settings_are_checked_before_anything_runs(monkeypatch):
+    import pytest
+    from specdec.errors import ConfigError
+    good = dict(tokens=1000, minutes=1.0)
+    for bad in (dict(tokens=0), dict(batch=0), dict(minutes=0.0), dict(lr=-1.0), dict(device="tpu")):
+        with pytest.raises(ConfigError):
+            TrainConfig(**{**good, **bad})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="no CUDA device"):
+        TrainConfig(**good, device="cuda")
+
+
+def test_only_the_target_and_draft_train_on_a_gpu(capsys):
+    """distill and eagle train on the CPU: --device cuda is refused with exit 2, before any
+    model or corpus is read."""
+    from specdec.cli import main
+    assert main(["train", "eagle", "--device", "cuda", "--work", "/nonexistent/w"]) == 2
+    assert "eagle trains on the CPU" in capsys.readouterr().err
