@@ -24,7 +24,7 @@ STEP_TIMEOUT_S = 300   # each build/install/run step takes seconds; a stuck one 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # the installed commands decode on one core, as the suite does
 # what a source checkout has that a build does not need (the tree is copied without them)
 NOT_SOURCE = (".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".venv", ".mypy_cache",
-              "out", "report", "results", "specdec-analysis")
+              "out", "report", "results", "specdec-analysis", "checkpoints")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -106,7 +106,7 @@ def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
             progress = max(state["tokens"] / cfg.tokens, state["elapsed"] / budget_s)
             for g in opt.param_groups:
                 g["lr"] = lr_at(cfg, state["step"], progress)
-            x, y = (t.to(dev, non_blocking=True) for t in batch_fn(state["step"]))
+            x, y = (t if t is None else t.to(dev, non_blocking=True) for t in batch_fn(state["step"]))
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda"):
                 loss = loss_fn(model, x, y)
             opt.zero_grad(set_to_none=True)
