@@ -38,10 +38,11 @@ def test_greedy_identity_200_prompts_with_head_trees(heads, method, k, tree, max
     assert m.branch_accepts > 0, "no round accepted a node other than a first child"
 
 
-@pytest.mark.parametrize("T", [0.7, 1.0, 1.3])
+@pytest.mark.parametrize("T", [0.7, 1.3])
 def test_head_tree_sampling_follows_the_exact_law(small, T):
     """Drawn chains from the head's q (two a row), verified by the tree rule: the joint law
-    of three tokens is the target's, with a draft vocabulary that leaves q = 0 on two tokens."""
+    of three tokens is the target's, with a draft vocabulary that leaves q = 0 on two tokens
+    (the tree rule itself is tested at T = 0.7, 1 and 1.3 with the draft model: test_exact_law)."""
     target, head = small
     eng = Engine(target, SpecConfig(method="eagle", k=2, tree=4), EngineConfig(max_batch=256, max_model_len=32),
                  proposer=FeatureTreeProposer(target, head, 256, 64, 4))
