@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from ..batch import Batch
+from ..models.prefill import prefill_rows
 from ..models.tree import MAX_TREE
 from ..errors import ConfigError
 from .base import Draft, register
@@ -53,14 +54,52 @@ class DraftTreeProposer(DraftModelProposer):
             raise ConfigError("--tree auto needs the target's measured forward costs (build.make_engine)")
         self.budget, self._was_tree, self.auto_size = budget, False, AutoSize(cost)
         self._no_draft = torch.zeros(rows, 0, dtype=torch.long, device=model.device)   # (rows, 0)
+        self._unfilled: set[int] = set()        # auto: rows whose prompt the draft has not read yet
 
     def propose(self, batch: Batch, k: int) -> Draft:
         s = batch.sampling
         self._was_tree = tree_round(s)
-        if self.auto_size.plain_now(self._was_tree and self.budget == "auto" and s.all_argmax):
+        if self.auto_size.plain_now(self._was_tree and self.budget == "auto" and s.all_argmax, len(batch), k):
             self._was_tree, self._committed = False, None       # a plain step (tree_size.py: no tree)
             return Draft(tokens=self._no_draft[:len(batch)], probs=None)
+        self._catch_up(batch)
         return self._tree(batch, k) if self._was_tree else super().propose(batch, k)
+
+    # ---- auto: the draft's prefill waits for its first drafted round ----------------------
+    def start_rows(self, rows, seqs):
+        """auto: no prefill at admission (a batch where no tree can pay never drafts); the row
+        is prefilled by the first round that drafts for it (`_catch_up`)."""
+        if self.budget != "auto":
+            return super().start_rows(rows, seqs)
+        for row in rows:
+            self.cache.reset(row)
+            self._unfilled.add(row)
+
+    def _catch_up(self, batch: Batch) -> None:
+        """Prefill the rows admitted since the last drafted round, every token but the pending one
+        (the round feeds it), outside the round's measured time."""
+        rows = sorted(r for r in self._unfilled if r < len(batch))
+        if not rows:
+            return
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for r in rows:
+                prefill_rows(self.model, self.cache, [batch[r].token_ids[:-1]], r,
+                             num_layers=self.num_layers, hidden_only=True)
+        self._unfilled.difference_update(rows)
+        self.auto_size.rates.exclude(time.perf_counter() - t0)
+
+    def move_row(self, src, dst):
+        super().move_row(src, dst)
+        if src in self._unfilled:
+            self._unfilled.discard(src)
+            self._unfilled.add(dst)
+        else:
+            self._unfilled.discard(dst)
+
+    def finish(self, row):
+        super().finish(row)
+        self._unfilled.discard(row)
 
     @torch.inference_mode()
     def _tree(self, batch: Batch, k: int) -> Draft:

@@ -22,6 +22,11 @@ No tree at all: when tree rounds emit fewer tokens a second than plain steps do,
 proposer drafts nothing for the next rounds (plain steps): as many as make the losing tree
 round's excess time (its seconds less what plain steps would have taken for its tokens)
 EXPLORE_SHARE of the plain time after it, at most NONE_SKIP_MAX (`Backoff`).
+Before any of that, a tree is drafted only where one could pay at all (`can_pay`): where the
+best line of depth d <= k, accepted at an optimistic ALPHA_PRIOR per position and drafted for
+free, would emit more tokens a second than plain steps, by the target's measured t(B, q). At a
+large batch the verify forward is compute-bound (t grows with q as fast as the tokens it could
+emit), so no tree is drafted, and none of the draft's work (its prefill included) is spent.
 Both rates are measured (`RoundRates`: tokens emitted over the wall time from one round's
 start to the next's, so the engine's own work counts); one plain step in PLAIN_PROBE_EVERY
 tree rounds keeps plain's rate current. Until plain has been measured, the prediction stands
@@ -66,6 +71,19 @@ def best_size(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], flo
     return best_rate(path_probs, c, cost, spent)[0]
 
 
+ALPHA_PRIOR = 0.9         # per-position acceptance assumed by `can_pay`: above every drafter's we measured
+                          # (greedy code, position 1: draft-distill 0.86, eagle 0.87), so a tree that could
+                          # pay is never ruled out; only the target's costs rule one out
+
+
+def can_pay(b: int, k: int, cost: Callable[[int, int], float]) -> bool:
+    """Whether some line of depth d <= k, each drafted token accepted with ALPHA_PRIOR and drafted
+    for free, emits more tokens a second at batch b than plain steps: the expected tokens a row
+    (1 - a^(d+1)) / (1 - a) exceed t(b, d + 1) / t(b, 1)."""
+    a, t1 = ALPHA_PRIOR, cost(b, 1)
+    return any((1 - a ** (d + 1)) / (1 - a) * t1 > cost(b, d + 1) for d in range(1, k + 1))
+
+
 PLAIN_PROBE_EVERY = 32    # tree rounds per plain step measured for comparison (about 3% of rounds)
 RATE_DECAY = 0.8          # the measured rates' memory: about the last 5 rounds of each kind
 
@@ -97,6 +115,10 @@ class RoundRates:
 
     def emitted(self, tokens: int) -> None:
         self._emitted = tokens
+
+    def exclude(self, seconds: float) -> None:
+        """Leave `seconds` of the running round (a one-time catch-up, as a prefill) out of its time."""
+        self._t += seconds
 
     def plain_due(self) -> bool:
         """Time to measure a plain step: never yet, or PLAIN_PROBE_EVERY tree rounds ago."""
@@ -150,18 +172,26 @@ class AutoSize:
     def __init__(self, cost: Callable[[int, int], float]):
         self.cost, self.calibration, self.backoff, self.rates = cost, Calibration(), Backoff(), RoundRates()
         self._predicted: float | None = None
+        self._feasible: dict[tuple[int, int], bool] = {}           # (b, k) -> can_pay
 
-    def plain_now(self, auto: bool) -> bool:
-        """A round starts: judge the tree round that just ended; -> True when this one (an auto
-        round) is a plain step, drafting nothing."""
+    def plain_now(self, auto: bool, b: int = 1, k: int = 1) -> bool:
+        """A round of b rows and depth k starts: judge the tree round that just ended; -> True
+        when this one (an auto round) is a plain step, drafting nothing."""
         r = self.rates
         if r.end() == "tree" and r.rate["plain"] is not None:
             self.backoff.judge(r.rate["tree"], r.rate["plain"], r.seconds["tree"], r.seconds["plain"])
+        if auto and not self._can_pay(b, k):
+            return True                     # no tree could pay: not a round the rates compare
         if auto:
             plain = self.backoff.take() or r.plain_due()
             r.begin("plain" if plain else "tree")
             return plain
         return False
+
+    def _can_pay(self, b: int, k: int) -> bool:
+        if (b, k) not in self._feasible:
+            self._feasible[(b, k)] = can_pay(b, k, self.cost)
+        return self._feasible[(b, k)]
 
     def size(self, probs: torch.Tensor, spent: float) -> int:
         """probs (B, W): path probabilities, largest first; spent: the drafting's seconds -> N."""

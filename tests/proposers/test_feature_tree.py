@@ -55,15 +55,16 @@ def test_head_tree_sampling_follows_the_exact_law(small, T):
 
 
 def test_auto_head_trees_give_way_to_plain_steps_where_verification_is_costly(heads):
-    """Every extra verify position priced at a whole step: no tree pays, so most rounds draft
-    nothing (the head's pending features wait for the next drafted round), and the output is
-    still plain's."""
+    """Every extra verify position priced at half a step: a tree could pay (can_pay), so trees
+    are drafted, lose, and most rounds draft nothing (the head's pending features wait for the
+    next drafted round); the output is still plain's."""
     target, head = heads["eagle"]
     prompts = random_prompts(8, seed=22, vocab=64)
     params = SamplingParams(max_new_tokens=40, ignore_eos=True)
     plain, _ = _run(target, "none", None, prompts, params, 0, 0, 4)
     drafted = []
-    out, eng = _run(target, "eagle", head, prompts, params, 4, "auto", 4, cost=lambda b, q: float(q), drafted=drafted)
+    out, eng = _run(target, "eagle", head, prompts, params, 4, "auto", 4, cost=lambda b, q: 1.0 + 0.5 * (q - 1),
+                    drafted=drafted)
     assert out == plain
     assert 0 < len(drafted) <= 4 and eng.metrics.steps > 60, (len(drafted), eng.metrics.steps)
 

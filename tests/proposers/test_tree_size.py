@@ -7,7 +7,7 @@ import torch
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.errors import ConfigError
-from specdec.proposers.tree_size import EXPLORE_SHARE, NONE_SKIP_MAX, Backoff, Calibration, best_rate, best_size
+from specdec.proposers.tree_size import can_pay, EXPLORE_SHARE, NONE_SKIP_MAX, Backoff, Calibration, best_rate, best_size
 from tests.conftest import make_model, perturbed, random_prompts
 
 PROBS = torch.tensor([[0.9, 0.6, 0.3, 0.1, 0.05, 0.01]])     # one row's path probabilities, sorted
@@ -88,9 +88,14 @@ def test_a_tree_that_does_not_pay_backs_off_to_plain_steps_and_returns():
     assert not b.take()
 
 
-def test_auto_trees_give_way_to_plain_steps_where_verification_is_costly(tiny_target):
-    """A target whose every extra verify position costs a whole step: no tree pays, so most
-    rounds draft nothing, and the output is still plain's."""
+@pytest.mark.parametrize("cost,max_drafted", [
+    (lambda b, q: float(q), 0),                  # compute-bound: no tree could pay, none is drafted
+    (lambda b, q: 1.0 + 0.5 * (q - 1), 4),       # one could: drafted, judged, backed off
+])
+def test_auto_trees_give_way_to_plain_steps_where_verification_is_costly(tiny_target, cost, max_drafted):
+    """Where every extra verify position costs a whole step, no tree could pay (can_pay): auto
+    drafts nothing and the draft never reads a prompt. Where half a step, trees are drafted,
+    lose, and most rounds back off to plain steps. The output is plain's either way."""
     from specdec.engine import Engine
     from specdec.proposers.draft_tree import DraftTreeProposer
     draft = perturbed(tiny_target, 0.05, seed=3)
@@ -98,11 +103,52 @@ def test_auto_trees_give_way_to_plain_steps_where_verification_is_costly(tiny_ta
     params = SamplingParams(max_new_tokens=40, ignore_eos=True)
     cfg = EngineConfig(max_batch=4, max_model_len=128)
     spec = SpecConfig(method="draft", k=4, tree="auto")
-    prop = DraftTreeProposer(draft, 4, 128, "auto", cost=lambda b, q: float(q))
+    prop = DraftTreeProposer(draft, 4, 128, "auto", cost=cost)
     drafted, tree = [], prop._tree
     prop._tree = lambda batch, k: drafted.append(len(batch)) or tree(batch, k)
     eng = Engine(tiny_target, spec, cfg, draft=draft, proposer=prop)
     plain = Engine(tiny_target, SpecConfig(method="none", k=0), cfg)
     assert [s.output_ids for s in eng.generate(prompts, params)] == \
         [s.output_ids for s in plain.generate(prompts, params)]
-    assert 0 < len(drafted) <= 4 and eng.metrics.steps > 60, (len(drafted), eng.metrics.steps)
+    assert eng.metrics.steps > 60 and len(drafted) <= max_drafted and (len(drafted) > 0) == (max_drafted > 0)
+    if not max_drafted:
+        assert prop.cache.lengths == [0] * 4, "the draft read prompts it never drafted for"
+
+
+def test_can_pay_rules_out_trees_only_where_verification_is_compute_bound():
+    flat = lambda b, q: 1.0                                   # noqa: E731  bandwidth-bound: positions free
+    linear = lambda b, q: float(b * q)                        # noqa: E731  compute-bound at every batch
+    knee = lambda b, q: max(1.0, b * q / 8)                   # noqa: E731  free up to 8 positions in all
+    assert can_pay(1, 4, flat) and not can_pay(1, 4, linear)
+    assert can_pay(1, 4, knee) and can_pay(2, 4, knee) and not can_pay(16, 4, knee)
+
+
+def test_auto_reads_each_prompt_at_its_first_drafted_round(tiny_target):
+    """Free verify positions: every round drafts. Rows admitted while others run (12 requests,
+    4 rows) are prefilled by the draft at their first drafted round, and the output is plain's."""
+    from specdec.engine import Engine
+    from specdec.proposers.draft_tree import DraftTreeProposer
+    draft = perturbed(tiny_target, 0.05, seed=5)
+    prompts = random_prompts(12, seed=23)
+    params = [SamplingParams(max_new_tokens=8 + 3 * i, ignore_eos=True) for i in range(12)]   # ragged ends
+    cfg = EngineConfig(max_batch=4, max_model_len=128)
+    prop = DraftTreeProposer(draft, 4, 128, "auto", cost=lambda b, q: 1.0)
+    eng = Engine(tiny_target, SpecConfig(method="draft", k=3, tree="auto"), cfg, draft=draft, proposer=prop)
+    plain = Engine(tiny_target, SpecConfig(method="none", k=0), cfg)
+    assert [s.output_ids for s in eng.generate(prompts, params)] == \
+        [s.output_ids for s in plain.generate(prompts, params)]
+    assert eng.metrics.tree_rounds > 0 and eng.metrics.num_accepted_tokens > 0 and not prop._unfilled
+    # the late prefill writes what the admission's would have: the same keys and values
+    from specdec.batch import Batch
+    from specdec.proposers.draft_model import DraftModelProposer
+    late, early = DraftTreeProposer(draft, 1, 128, "auto", cost=lambda b, q: 1.0), DraftModelProposer(draft, 1, 128)
+    eng = Engine(tiny_target, SpecConfig(method="draft", k=3, tree="auto"), cfg, draft=draft, proposer=late)
+    eng.add_request(prompts[0], params[0])
+    eng.step()                                                          # admission: no draft prefill
+    seq = eng.running[0]
+    early.start_rows([0], [seq])
+    assert late.cache.lengths[0] == 0
+    late._catch_up(Batch(eng.running, eng._batch_sampling()))
+    n = len(seq.token_ids) - 1
+    assert late.cache.lengths[0] == early.cache.lengths[0] == n
+    assert all(torch.equal(a[0, :, :n], b[0, :, :n]) for a, b in zip(late.cache.k + late.cache.v, early.cache.k + early.cache.v))
