@@ -71,9 +71,11 @@ def best_size(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], flo
     return best_rate(path_probs, c, cost, spent)[0]
 
 
-ALPHA_PRIOR = 0.9         # per-position acceptance assumed by `can_pay`: above every drafter's we measured
-                          # (greedy code, position 1: draft-distill 0.86, eagle 0.87), so a tree that could
-                          # pay is never ruled out; only the target's costs rule one out
+ALPHA_PRIOR = 0.86        # per-token acceptance assumed by `can_pay`: the best we measured, the distilled
+                          # draft's on greedy code (models card: alpha from mean acceptance length 3.75 at
+                          # k = 4), with drafting free, so only a batch whose verify is compute-bound is
+                          # ruled out (on the Zen 4 of benchmarks/results/trees/NOTES-batch16.md, batch 16
+                          # still passes)
 
 
 def can_pay(b: int, k: int, cost: Callable[[int, int], float]) -> bool:
