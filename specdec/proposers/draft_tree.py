@@ -59,15 +59,17 @@ class DraftTreeProposer(DraftModelProposer):
     def propose(self, batch: Batch, k: int) -> Draft:
         s = batch.sampling
         self._was_tree = tree_round(s)
-        if self.auto_size.plain_now(self._was_tree and self.budget == "auto" and s.all_argmax, len(batch), k):
-            self._was_tree, self._committed = False, None       # a plain step (tree_size.py: no tree)
+        kind = self.auto_size.choose(self._was_tree and self.budget == "auto" and s.all_argmax, len(batch), k)
+        if kind == "none":
+            self._was_tree, self._committed = False, None       # a plain step (tree_size.py: can_pay)
             return Draft(tokens=self._no_draft[:len(batch)], probs=None)
+        self._was_tree = self._was_tree and kind != "chain"
         self._catch_up(batch)
         return self._tree(batch, k) if self._was_tree else super().propose(batch, k)
 
     # ---- auto: the draft's prefill waits for its first drafted round ----------------------
     def start_rows(self, rows, seqs):
-        """auto: no prefill at admission (a batch where no tree can pay never drafts); the row
+        """auto: no prefill at admission (a batch where nothing can pay never drafts); the row
         is prefilled by the first round that drafts for it (`_catch_up`)."""
         if self.budget != "auto":
             return super().start_rows(rows, seqs)

@@ -41,10 +41,11 @@ class FeatureTreeProposer(FeatureHeadProposer):
     def propose(self, context: Batch, k: int) -> Draft:
         s = context.sampling
         tree = tree_round(s)
-        if self.auto_size.plain_now(tree and self.budget == "auto" and s.all_argmax, len(context), k):
+        kind = self.auto_size.choose(tree and self.budget == "auto" and s.all_argmax, len(context), k)
+        if kind == "none":
             self._committed = None                      # a plain step: the features wait in `pending`
             return Draft(tokens=self._no_draft[:len(context)], probs=None)
-        return self._tree(context, k) if tree else super().propose(context, k)
+        return self._tree(context, k) if tree and kind != "chain" else super().propose(context, k)
 
     @torch.inference_mode()
     def _tree(self, context: Batch, k: int) -> Draft:

@@ -18,21 +18,22 @@ round where the chain of 4 made 3.3). c calibrates the draft's confidence to wha
 verification accepts: the ratio of accepted nodes to predicted ones over recent rounds. At a
 large batch t grows with N and the chosen tree shrinks towards a few nodes per row.
 
-No tree at all: when tree rounds emit fewer tokens a second than plain steps do, the
-proposer drafts nothing for the next rounds (plain steps): as many as make the losing tree
-round's excess time (its seconds less what plain steps would have taken for its tokens)
-EXPLORE_SHARE of the plain time after it, at most NONE_SKIP_MAX (`Backoff`).
-Before any of that, a tree is drafted only where one could pay at all (`can_pay`): where the
-best line of depth d <= k, accepted at an optimistic ALPHA_PRIOR per position and drafted for
-free, would emit more tokens a second than plain steps, by the target's measured t(B, q). At a
-large batch the verify forward is compute-bound (t grows with q as fast as the tokens it could
-emit), so no tree is drafted, and none of the draft's work (its prefill included) is spent.
-Both rates are measured (`RoundRates`: tokens emitted over the wall time from one round's
-start to the next's, so the engine's own work counts); one plain step in PLAIN_PROBE_EVERY
-tree rounds keeps plain's rate current. Until plain has been measured, the prediction stands
-in: the best N's rate against B / t(B, 1). A drafted round is the only measurement of what a
-tree would accept, so trees are never given up for good: the batch, the text and so the
-acceptance change.
+Chain or tree: when tree rounds emit fewer tokens a second than the proposer's own chain of k
+does, the next rounds draft that chain instead: as many as make the losing tree round's
+excess time (its seconds less what chain rounds would have taken for its tokens)
+EXPLORE_SHARE of the chain time after it, at most BACKOFF_MAX (`Backoff`). Both rates are
+measured (`RoundRates`: tokens emitted over the wall time from one round's start to the
+next's, so the engine's own work counts); one chain round in CHAIN_PROBE_EVERY tree rounds
+keeps the chain's rate current. Until the chain has been measured, the prediction stands in:
+the best N's rate against a plain step's, B / t(B, 1). A drafted tree is the only measurement
+of what a tree would accept, so trees are never given up for good: the batch, the text and so
+the acceptance change.
+
+Neither: a round drafts nothing (a plain step) where no tree or chain could pay at all
+(`can_pay`): where the best line of depth d <= k, accepted at an optimistic ALPHA_PRIOR per
+token and drafted for free, would emit no more tokens a second than plain steps, by the
+target's measured t(B, q). That is a batch whose verify forward is compute-bound (t grows with
+q as fast as the tokens a line could add); none of the drafter's work is spent there.
 """
 from __future__ import annotations
 
@@ -47,10 +48,10 @@ from ..costs.profiling import ModelProfile, grid_rows
 AUTO_NODES = 32      # nodes drafted when the size is chosen per round; on this project's CPU the
                      # verify forward at 33 positions already costs about 2x one at 9 (decode_cost)
 CALIBRATION_DECAY = 0.95   # the calibration's memory: about the last 20 rounds
-EXPLORE_SHARE = 0.03      # the time a losing tree round may cost, as a share of the plain steps
+EXPLORE_SHARE = 0.03      # the time a losing tree round may cost, as a share of the chain rounds
                           # that follow it: the tree issue's bound at batch 16 (3%)
-NONE_SKIP_MAX = 256       # plain steps at most before a tree is drafted again: a workload where
-                          # trees pay again regains them within 256 steps (about 1 s at batch 1)
+BACKOFF_MAX = 256         # chain rounds at most before a tree is drafted again: a workload where
+                          # trees pay again regains them within 256 rounds (about 2 s at batch 1)
 
 
 def best_rate(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], float],
@@ -86,18 +87,18 @@ def can_pay(b: int, k: int, cost: Callable[[int, int], float]) -> bool:
     return any((1 - a ** (d + 1)) / (1 - a) * t1 > cost(b, d + 1) for d in range(1, k + 1))
 
 
-PLAIN_PROBE_EVERY = 32    # tree rounds per plain step measured for comparison (about 3% of rounds)
+CHAIN_PROBE_EVERY = 32    # tree rounds per chain round measured for comparison (about 3% of rounds)
 RATE_DECAY = 0.8          # the measured rates' memory: about the last 5 rounds of each kind
 
 
 class RoundRates:
-    """Tokens a second of the last rounds of each kind ("tree", "plain"), measured from one
+    """Tokens a second of the last rounds of each kind ("tree", "chain"), measured from one
     round's start to the next's; None until a round of that kind ended."""
 
     def __init__(self):
-        self.rate: dict[str, float | None] = {"tree": None, "plain": None}
-        self.seconds: dict[str, float | None] = {"tree": None, "plain": None}      # the last round's
-        self.kind, self._t, self._emitted, self.trees_since_plain = None, 0.0, 0, 0
+        self.rate: dict[str, float | None] = {"tree": None, "chain": None}
+        self.seconds: dict[str, float | None] = {"tree": None, "chain": None}      # the last round's
+        self.kind, self._t, self._emitted, self.trees_since_chain = None, 0.0, 0, 0
 
     def end(self) -> str | None:
         """The running round ended now: record it; -> its kind (None: none was measured)."""
@@ -113,7 +114,7 @@ class RoundRates:
     def begin(self, kind: str) -> None:
         """A round of `kind` starts now."""
         self.kind, self._t, self._emitted = kind, time.perf_counter(), 0
-        self.trees_since_plain = 0 if kind == "plain" else self.trees_since_plain + 1
+        self.trees_since_chain = 0 if kind == "chain" else self.trees_since_chain + 1
 
     def emitted(self, tokens: int) -> None:
         self._emitted = tokens
@@ -122,33 +123,33 @@ class RoundRates:
         """Leave `seconds` of the running round (a one-time catch-up, as a prefill) out of its time."""
         self._t += seconds
 
-    def plain_due(self) -> bool:
-        """Time to measure a plain step: never yet, or PLAIN_PROBE_EVERY tree rounds ago."""
-        return self.rate["tree"] is not None and (self.rate["plain"] is None
-                                                  or self.trees_since_plain >= PLAIN_PROBE_EVERY)
+    def chain_due(self) -> bool:
+        """Time to measure a chain round: never yet, or CHAIN_PROBE_EVERY tree rounds ago."""
+        return self.rate["tree"] is not None and (self.rate["chain"] is None
+                                                  or self.trees_since_chain >= CHAIN_PROBE_EVERY)
 
 
 class Backoff:
-    """Rounds to decode plainly after a tree round that did not pay, so that its excess time is
+    """Chain rounds after a tree round that did not pay, so that its excess time is
     EXPLORE_SHARE of theirs; none after one that paid."""
 
     def __init__(self):
         self.skip = 0
 
     def take(self) -> bool:
-        """True (and one fewer to go) when this round should draft nothing."""
+        """True (and one fewer to go) when this round should draft a chain."""
         if self.skip:
             self.skip -= 1
             return True
         return False
 
-    def judge(self, tree_rate: float, plain_rate: float, tree_seconds: float, plain_seconds: float) -> None:
-        """Rates in tokens a second; seconds of a tree round and of a plain step."""
-        if tree_rate >= plain_rate:
+    def judge(self, tree_rate: float, chain_rate: float, tree_seconds: float, chain_seconds: float) -> None:
+        """Rates in tokens a second; seconds of a tree round and of a chain round."""
+        if tree_rate >= chain_rate:
             self.skip = 0
             return
-        excess = tree_seconds * (1 - tree_rate / plain_rate)      # beyond plain steps' time for its tokens
-        self.skip = min(NONE_SKIP_MAX, math.ceil(excess / (EXPLORE_SHARE * max(plain_seconds, 1e-9))))
+        excess = tree_seconds * (1 - tree_rate / chain_rate)      # beyond chain rounds' time for its tokens
+        self.skip = min(BACKOFF_MAX, math.ceil(excess / (EXPLORE_SHARE * max(chain_seconds, 1e-9))))
 
 
 class Calibration:
@@ -168,7 +169,7 @@ class Calibration:
 
 class AutoSize:
     """`--tree auto` for one proposer: the calibration, the back-off and the measured rates,
-    consulted at a round's start (`plain_now`), when its tree is drafted (`size`) and at its
+    consulted at a round's start (`choose`), when its tree is drafted (`size`) and at its
     rollback (`observe`)."""
 
     def __init__(self, cost: Callable[[int, int], float]):
@@ -176,19 +177,20 @@ class AutoSize:
         self._predicted: float | None = None
         self._feasible: dict[tuple[int, int], bool] = {}           # (b, k) -> can_pay
 
-    def plain_now(self, auto: bool, b: int = 1, k: int = 1) -> bool:
-        """A round of b rows and depth k starts: judge the tree round that just ended; -> True
-        when this one (an auto round) is a plain step, drafting nothing."""
+    def choose(self, auto: bool, b: int = 1, k: int = 1) -> str | None:
+        """A round of b rows and depth k starts: judge the tree round that just ended; -> what
+        this one drafts, for an auto round: "tree", "chain" or "none" (a plain step); None
+        otherwise (the proposer's own rule)."""
         r = self.rates
-        if r.end() == "tree" and r.rate["plain"] is not None:
-            self.backoff.judge(r.rate["tree"], r.rate["plain"], r.seconds["tree"], r.seconds["plain"])
-        if auto and not self._can_pay(b, k):
-            return True                     # no tree could pay: not a round the rates compare
-        if auto:
-            plain = self.backoff.take() or r.plain_due()
-            r.begin("plain" if plain else "tree")
-            return plain
-        return False
+        if r.end() == "tree" and r.rate["chain"] is not None:
+            self.backoff.judge(r.rate["tree"], r.rate["chain"], r.seconds["tree"], r.seconds["chain"])
+        if not auto:
+            return None
+        if not self._can_pay(b, k):
+            return "none"                   # neither could pay: not a round the rates compare
+        kind = "chain" if self.backoff.take() or r.chain_due() else "tree"
+        r.begin(kind)
+        return kind
 
     def _can_pay(self, b: int, k: int) -> bool:
         if (b, k) not in self._feasible:
@@ -199,7 +201,7 @@ class AutoSize:
         """probs (B, W): path probabilities, largest first; spent: the drafting's seconds -> N."""
         B = probs.shape[0]
         n, rate = best_rate(probs, self.calibration.c, self.cost, spent)
-        if self.rates.rate["plain"] is None:                       # not measured yet: predicted
+        if self.rates.rate["chain"] is None:                       # not measured yet: plain's, predicted
             plain = self.cost(B, 1)                                # a plain step: B tokens
             self.backoff.judge(rate, B / plain, spent + self.cost(B, n + 1), plain)
         self._predicted = float(probs[:, :n].sum())
