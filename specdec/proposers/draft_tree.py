@@ -42,6 +42,15 @@ def level_width(budget: int | str, k: int, sampled: bool, vocab: int) -> int:
     return min(tree_width(AUTO_NODES if budget == "auto" else budget, k), vocab)
 
 
+def kept_nodes(budget: int | str, g, sampled: bool, auto_size: AutoSize, spent: float) -> int:
+    """How many of the grown tree's nodes a round keeps: all of a sampled tree's (its chains);
+    greedy, the budget, or under auto as many as pay (tree_size.py) after `spent` seconds."""
+    W = g.tokens.shape[1]
+    if sampled:
+        return W
+    return auto_size.size(path_probs(g), spent) if budget == "auto" else min(budget, W)
+
+
 class DraftTreeProposer(DraftModelProposer):
     """A DraftModelProposer whose rounds draft a tree of up to `budget` nodes and depth k."""
 
@@ -50,9 +59,7 @@ class DraftTreeProposer(DraftModelProposer):
         """budget: nodes per tree, or "auto": AUTO_NODES drafted and as many kept as pay for
         their verification (tree_size.py) by `cost(b, q)`, the target's forward seconds."""
         super().__init__(model, rows, max_len, name=name)
-        if budget == "auto" and cost is None:
-            raise ConfigError("--tree auto needs the target's measured forward costs (build.make_engine)")
-        self.budget, self._was_tree, self.auto_size = budget, False, AutoSize(cost)
+        self.budget, self._was_tree, self.auto_size = budget, False, AutoSize(cost, budget)
         self._no_draft = torch.zeros(rows, 0, dtype=torch.long, device=model.device)   # (rows, 0)
         self._unfilled: set[int] = set()        # auto: rows whose prompt the draft has not read yet
 
@@ -117,11 +124,7 @@ class DraftTreeProposer(DraftModelProposer):
         g = grow(logits[torch.arange(B), last], lambda tok, par, tree, pos: self.model(
             tok, pos, self.cache, num_layers=self.num_layers, tree=tree), k, w, base, s)
         # 3. Keep the budget's best nodes (auto: as many as pay), in node order.
-        W = g.tokens.shape[1]
-        if self.budget == "auto" and s.all_argmax:
-            n = self.auto_size.size(path_probs(g), time.perf_counter() - t0)
-        else:
-            n = W if not s.all_argmax else min(self.budget, W)
+        n = kept_nodes(self.budget, g, not s.all_argmax, self.auto_size, time.perf_counter() - t0)
         draft, keep_rows = keep_best(g, n)
         # for rollback: the rows, and where each kept node's K/V sit (levels 1..k-1 were fed)
         self._round = (draft, keep_rows, (k - 1) * w)

@@ -19,9 +19,9 @@ import torch
 from ..batch import Batch
 from ..errors import ConfigError
 from .base import Draft, register
-from .draft_tree import level_width, tree_round
+from .draft_tree import kept_nodes, level_width, tree_round
 from .feature_head import HEAD_DTYPE, FeatureHeadProposer
-from .tree_growth import grow, keep_best, path_probs
+from .tree_growth import grow, keep_best
 from .tree_size import AutoSize
 
 
@@ -33,9 +33,7 @@ class FeatureTreeProposer(FeatureHeadProposer):
         """budget: nodes per tree, or "auto" (tree_size.py) by `cost(b, q)`, the target's
         forward seconds; kwargs: FeatureHeadProposer's."""
         super().__init__(target, head, rows, max_len, **kwargs)
-        if budget == "auto" and cost is None:
-            raise ConfigError("--tree auto needs the target's measured forward costs (build.make_engine)")
-        self.budget, self.auto_size = budget, AutoSize(cost)
+        self.budget, self.auto_size = budget, AutoSize(cost, budget)
         self._no_draft = torch.zeros(rows, 0, dtype=torch.long, device=target.device)  # (rows, 0)
 
     def propose(self, context: Batch, k: int) -> Draft:
@@ -70,12 +68,7 @@ class FeatureTreeProposer(FeatureHeadProposer):
         # 2. k levels of w nodes; each level after the first is one head forward.
         g = grow(self._full(root), step, k, w, base, s)
         # 3. Keep the budget's best nodes (auto: as many as pay), in node order.
-        W = g.tokens.shape[1]
-        if self.budget == "auto" and s.all_argmax:
-            n_keep = self.auto_size.size(path_probs(g), time.perf_counter() - t0)
-        else:
-            n_keep = W if not s.all_argmax else min(self.budget, W)
-        return keep_best(g, n_keep)[0]
+        return keep_best(g, kept_nodes(self.budget, g, not s.all_argmax, self.auto_size, time.perf_counter() - t0))[0]
 
     def rollback(self, num_accepted):
         self.auto_size.observe(num_accepted)

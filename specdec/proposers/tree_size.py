@@ -44,6 +44,7 @@ from typing import Callable
 import torch
 
 from ..costs.profiling import ModelProfile, grid_rows
+from ..errors import ConfigError
 
 AUTO_NODES = 32      # nodes drafted when the size is chosen per round; on this project's CPU the
                      # verify forward at 33 positions already costs about 2x one at 9 (decode_cost)
@@ -172,7 +173,10 @@ class AutoSize:
     consulted at a round's start (`choose`), when its tree is drafted (`size`) and at its
     rollback (`observe`)."""
 
-    def __init__(self, cost: Callable[[int, int], float]):
+    def __init__(self, cost: Callable[[int, int], float] | None, budget: int | str = "auto"):
+        """cost(b, q): the target's forward seconds, needed when the proposer's budget is "auto"."""
+        if budget == "auto" and cost is None:
+            raise ConfigError("--tree auto needs the target's measured forward costs (build.make_engine)")
         self.cost, self.calibration, self.backoff, self.rates = cost, Calibration(), Backoff(), RoundRates()
         self._predicted: float | None = None
         self._feasible: dict[tuple[int, int], bool] = {}           # (b, k) -> can_pay
