@@ -18,18 +18,17 @@ round where the chain of 4 made 3.3). c calibrates the draft's confidence to wha
 verification accepts: the ratio of accepted nodes to predicted ones over recent rounds. At a
 large batch t grows with N and the chosen tree shrinks towards a few nodes per row.
 
-Chain or tree: when tree rounds emit fewer tokens a second than the proposer's own chain of k
-does, the next rounds draft that chain instead: as many as make the losing tree round's
-excess time (its seconds less what chain rounds would have taken for its tokens)
-EXPLORE_SHARE of the chain time after it, at most BACKOFF_MAX (`Backoff`). Both rates are
-measured (`RoundRates`: tokens emitted over the wall time from one round's start to the
-next's, so the engine's own work counts); one chain round in CHAIN_PROBE_EVERY tree rounds
-keeps the chain's rate current. Until the chain has been measured, the prediction stands in:
-the best N's rate against a plain step's, B / t(B, 1). A drafted tree is the only measurement
-of what a tree would accept, so trees are never given up for good: the batch, the text and so
-the acceptance change.
+Tree, chain or plain step (KINDS): an auto round drafts the kind that emitted the most tokens a
+second over its recent rounds: a tree, the proposer's own chain of k, or nothing (a plain step;
+at batch 16 on this CPU neither tree nor chain pays). Every rate is measured (`RoundRates`:
+tokens emitted over the wall time from one round's start to the next's, so the engine's own
+work counts). The other kinds are probed to keep their rates current: after a round of a kind
+that lost to the best, that kind sits out as many rounds as make its excess time (its seconds
+less what the best kind would have taken for its tokens) EXPLORE_SHARE of theirs, at most
+BACKOFF_MAX (`Backoff`). A drafted tree is the only measurement of what a tree would accept,
+so no kind is given up for good: the batch, the text and so the acceptance change.
 
-Neither: a round drafts nothing (a plain step) where no tree or chain could pay at all
+Never drafted: a round drafts nothing (a plain step) where no tree or chain could pay at all
 (`can_pay`): where the best line of depth d <= k, accepted at an optimistic ALPHA_PRIOR per
 token and drafted for free, would emit no more tokens a second than plain steps, by the
 target's measured t(B, q). That is a batch whose verify forward is compute-bound (t grows with
@@ -49,8 +48,9 @@ from ..errors import ConfigError
 AUTO_NODES = 32      # nodes drafted when the size is chosen per round; on this project's CPU the
                      # verify forward at 33 positions already costs about 2x one at 9 (decode_cost)
 CALIBRATION_DECAY = 0.95   # the calibration's memory: about the last 20 rounds
-EXPLORE_SHARE = 0.03      # the time a losing tree round may cost, as a share of the chain rounds
-                          # that follow it: the tree issue's bound at batch 16 (3%)
+EXPLORE_SHARE = 0.01      # the time a losing round may cost, as a share of the better kind's rounds
+                          # that follow it: two kinds explore beside the best, together 2%, within the
+                          # tree issue's bound at batch 16 (3%)
 BACKOFF_MAX = 256         # chain rounds at most before a tree is drafted again: a workload where
                           # trees pay again regains them within 256 rounds (about 2 s at batch 1)
 
@@ -88,22 +88,23 @@ def can_pay(b: int, k: int, cost: Callable[[int, int], float]) -> bool:
     return any((1 - a ** (d + 1)) / (1 - a) * t1 > cost(b, d + 1) for d in range(1, k + 1))
 
 
-CHAIN_PROBE_EVERY = 32    # tree rounds per chain round measured for comparison (about 3% of rounds)
+KINDS = ("tree", "chain", "none")    # what an auto round drafts; the first round of each runs in this order
 RATE_DECAY = 0.8          # the measured rates' memory: about the last 5 rounds of each kind
 
 
 class RoundRates:
-    """Tokens a second of the last rounds of each kind ("tree", "chain"), measured from one
-    round's start to the next's; None until a round of that kind ended."""
+    """Tokens a second of the last rounds of each kind, measured from one round's start to the
+    next's; None until a round of that kind ended."""
 
     def __init__(self):
-        self.rate: dict[str, float | None] = {"tree": None, "chain": None}
-        self.seconds: dict[str, float | None] = {"tree": None, "chain": None}      # the last round's
-        self.kind, self._t, self._emitted, self.trees_since_chain = None, 0.0, 0, 0
+        self.rate: dict[str, float | None] = dict.fromkeys(KINDS)
+        self.seconds: dict[str, float | None] = dict.fromkeys(KINDS)      # the last round's
+        self.kind, self._t, self._emitted = None, 0.0, 0
+        self.clock = time.perf_counter
 
     def end(self) -> str | None:
         """The running round ended now: record it; -> its kind (None: none was measured)."""
-        kind, now = self.kind, time.perf_counter()
+        kind, now = self.kind, self.clock()
         if kind is not None and self._emitted:
             r = self._emitted / max(now - self._t, 1e-9)
             self.seconds[kind] = now - self._t
@@ -114,8 +115,7 @@ class RoundRates:
 
     def begin(self, kind: str) -> None:
         """A round of `kind` starts now."""
-        self.kind, self._t, self._emitted = kind, time.perf_counter(), 0
-        self.trees_since_chain = 0 if kind == "chain" else self.trees_since_chain + 1
+        self.kind, self._t, self._emitted = kind, self.clock(), 0
 
     def emitted(self, tokens: int) -> None:
         self._emitted = tokens
@@ -124,33 +124,34 @@ class RoundRates:
         """Leave `seconds` of the running round (a one-time catch-up, as a prefill) out of its time."""
         self._t += seconds
 
-    def chain_due(self) -> bool:
-        """Time to measure a chain round: never yet, or CHAIN_PROBE_EVERY tree rounds ago."""
-        return self.rate["tree"] is not None and (self.rate["chain"] is None
-                                                  or self.trees_since_chain >= CHAIN_PROBE_EVERY)
+    def best(self, but: str | None = None) -> str | None:
+        """The measured kind (other than `but`) with the most tokens a second; None: none measured."""
+        kinds = [k for k in KINDS if k != but and self.rate[k] is not None]
+        return max(kinds, key=lambda k: self.rate[k], default=None)
 
 
 class Backoff:
-    """Chain rounds after a tree round that did not pay, so that its excess time is
-    EXPLORE_SHARE of theirs; none after one that paid."""
+    """Rounds each kind sits out after a round of it that emitted fewer tokens a second than the
+    best other kind: as many as make its excess time EXPLORE_SHARE of theirs."""
 
     def __init__(self):
-        self.skip = 0
+        self.wait = dict.fromkeys(KINDS, 0)
 
-    def take(self) -> bool:
-        """True (and one fewer to go) when this round should draft a chain."""
-        if self.skip:
-            self.skip -= 1
-            return True
-        return False
-
-    def judge(self, tree_rate: float, chain_rate: float, tree_seconds: float, chain_seconds: float) -> None:
-        """Rates in tokens a second; seconds of a tree round and of a chain round."""
-        if tree_rate >= chain_rate:
-            self.skip = 0
+    def judge(self, kind: str, rates: RoundRates) -> None:
+        """A round of `kind` just ended (rates.end()): against the best other measured kind."""
+        other = rates.best(but=kind)
+        if other is None or rates.rate[kind] is None:
             return
-        excess = tree_seconds * (1 - tree_rate / chain_rate)      # beyond chain rounds' time for its tokens
-        self.skip = min(BACKOFF_MAX, math.ceil(excess / (EXPLORE_SHARE * max(chain_seconds, 1e-9))))
+        rate, better = rates.rate[kind], rates.rate[other]
+        if rate >= better:
+            self.wait[kind] = 0
+            return
+        excess = rates.seconds[kind] * (1 - rate / better)      # beyond the better kind's time for its tokens
+        self.wait[kind] = min(BACKOFF_MAX, math.ceil(excess / (EXPLORE_SHARE * max(rates.seconds[other], 1e-9))))
+
+    def tick(self) -> None:
+        """A round passed."""
+        self.wait = {kind: max(0, n - 1) for kind, n in self.wait.items()}
 
 
 class Calibration:
@@ -177,22 +178,27 @@ class AutoSize:
         """cost(b, q): the target's forward seconds, needed when the proposer's budget is "auto"."""
         if budget == "auto" and cost is None:
             raise ConfigError("--tree auto needs the target's measured forward costs (build.make_engine)")
-        self.cost, self.calibration, self.backoff, self.rates = cost, Calibration(), Backoff(), RoundRates()
+        self.cost, self.calibration, self.rates = cost, Calibration(), RoundRates()
+        self.backoff = Backoff()
         self._predicted: float | None = None
         self._feasible: dict[tuple[int, int], bool] = {}           # (b, k) -> can_pay
 
     def choose(self, auto: bool, b: int = 1, k: int = 1) -> str | None:
-        """A round of b rows and depth k starts: judge the tree round that just ended; -> what
-        this one drafts, for an auto round: "tree", "chain" or "none" (a plain step); None
-        otherwise (the proposer's own rule)."""
+        """A round of b rows and depth k starts: judge the round that just ended; -> what this one drafts, for an auto round: "tree", "chain" or "none" (a plain
+        step); None otherwise (the proposer's own rule)."""
         r = self.rates
-        if r.end() == "tree" and r.rate["chain"] is not None:
-            self.backoff.judge(r.rate["tree"], r.rate["chain"], r.seconds["tree"], r.seconds["chain"])
+        ended = r.end()
+        if ended is not None:
+            self.backoff.judge(ended, r)
         if not auto:
             return None
         if not self._can_pay(b, k):
-            return "none"                   # neither could pay: not a round the rates compare
-        kind = "chain" if self.backoff.take() or r.chain_due() else "tree"
+            return "none"                   # nothing could pay: not a round the rates compare
+        self.backoff.tick()
+        best = r.best()
+        unmeasured = [kind for kind in KINDS if r.rate[kind] is None]
+        due = [kind for kind in KINDS if kind != best and self.backoff.wait[kind] == 0]   # probes
+        kind = (unmeasured or due or [best])[0]
         r.begin(kind)
         return kind
 
@@ -203,11 +209,7 @@ class AutoSize:
 
     def size(self, probs: torch.Tensor, spent: float) -> int:
         """probs (B, W): path probabilities, largest first; spent: the drafting's seconds -> N."""
-        B = probs.shape[0]
-        n, rate = best_rate(probs, self.calibration.c, self.cost, spent)
-        if self.rates.rate["chain"] is None:                       # not measured yet: plain's, predicted
-            plain = self.cost(B, 1)                                # a plain step: B tokens
-            self.backoff.judge(rate, B / plain, spent + self.cost(B, n + 1), plain)
+        n = best_size(probs, self.calibration.c, self.cost, spent)
         self._predicted = float(probs[:, :n].sum())
         return n
 

@@ -54,10 +54,10 @@ def test_head_tree_sampling_follows_the_exact_law(small, T):
     assert p_value(torch.bincount(idx, minlength=V ** 3).double(), exact_law(target, T)) > P_MIN
 
 
-def test_auto_head_trees_give_way_to_chains_where_verification_is_costly(heads):
+def test_auto_head_trees_give_way_where_verification_is_costly(heads):
     """Every extra verify position priced at half a step: a tree could pay (can_pay), so trees
-    are drafted, lose, and most rounds draft the head's chain instead; the output is still
-    plain's."""
+    are drafted, lose, and give way to the head's chain or plain steps, whichever emits more;
+    the output is still plain's."""
     target, head = heads["eagle"]
     prompts = random_prompts(8, seed=22, vocab=64)
     params = SamplingParams(max_new_tokens=40, ignore_eos=True)
@@ -67,7 +67,8 @@ def test_auto_head_trees_give_way_to_chains_where_verification_is_costly(heads):
                     drafted=drafted)
     assert out == plain
     m = eng.metrics
-    assert 0 < len(drafted) <= 4 and m.num_drafts > 4 * m.tree_rounds, (len(drafted), m.num_drafts, m.tree_rounds)
+    assert 0 < len(drafted) <= 4 and m.tree_rounds <= 4 * 4, (len(drafted), m.tree_rounds)     # 4 rows a tree round
+    assert eng.proposer.auto_size.backoff.wait["tree"] > 0
 
 
 def test_a_head_tree_holds_the_heads_greedy_chain(loopy_target):
