@@ -18,15 +18,17 @@ round where the chain of 4 made 3.3). c calibrates the draft's confidence to wha
 verification accepts: the ratio of accepted nodes to predicted ones over recent rounds. At a
 large batch t grows with N and the chosen tree shrinks towards a few nodes per row.
 
-Tree, chain or plain step (KINDS): an auto round drafts the kind that emitted the most tokens a
-second over its recent rounds: a tree, the proposer's own chain of k, or nothing (a plain step;
-at batch 16 on this CPU neither tree nor chain pays). Every rate is measured (`RoundRates`:
-tokens emitted over the wall time from one round's start to the next's, so the engine's own
-work counts). The other kinds are probed to keep their rates current: after a round of a kind
-that lost to the best, that kind sits out as many rounds as make its excess time (its seconds
-less what the best kind would have taken for its tokens) EXPLORE_SHARE of theirs, at most
-BACKOFF_MAX (`Backoff`). A drafted tree is the only measurement of what a tree would accept,
-so no kind is given up for good: the batch, the text and so the acceptance change.
+Plain step, chain or tree (KINDS): an auto round drafts the kind that emitted the most tokens
+a second over its recent rounds: nothing (a plain step), the proposer's own chain of k, or a
+tree. Every rate is measured (`RoundRates`: tokens emitted over the wall time from one round's
+start to the next's, so the engine's own work counts). The kinds are first tried cheapest
+first, a costlier one only where the one before it leads: a tree, which drafts and verifies
+more than the chain, is first drafted where the chain beats plain steps (at batch 16 on this
+CPU neither pays, and one tree round there costs several plain steps). The other kinds are
+probed to keep their rates current: after a round of a kind that lost to the best, that kind
+sits out as many rounds as make its excess time (its seconds less what the best kind would
+have taken for its tokens) EXPLORE_SHARE of theirs, at most BACKOFF_MAX (`Backoff`). No kind
+is given up for good once tried: the batch, the text and so the acceptance change.
 
 Never drafted: a round drafts nothing (a plain step) where no tree or chain could pay at all
 (`can_pay`): where the best line of depth d <= k, accepted at an optimistic ALPHA_PRIOR per
@@ -88,7 +90,8 @@ def can_pay(b: int, k: int, cost: Callable[[int, int], float]) -> bool:
     return any((1 - a ** (d + 1)) / (1 - a) * t1 > cost(b, d + 1) for d in range(1, k + 1))
 
 
-KINDS = ("tree", "chain", "none")    # what an auto round drafts; the first round of each runs in this order
+KINDS = ("none", "chain", "tree")    # what an auto round drafts, cheapest first: each kind is first tried
+                                     # only where the one before it is the best measured so far
 RATE_DECAY = 0.8          # the measured rates' memory: about the last 5 rounds of each kind
 
 
@@ -196,9 +199,12 @@ class AutoSize:
             return "none"                   # nothing could pay: not a round the rates compare
         self.backoff.tick()
         best = r.best()
-        unmeasured = [kind for kind in KINDS if r.rate[kind] is None]
-        due = [kind for kind in KINDS if kind != best and self.backoff.wait[kind] == 0]   # probes
-        kind = (unmeasured or due or [best])[0]
+        untried = next((kind for kind in KINDS if r.rate[kind] is None), None)
+        if untried is not None and (best is None or KINDS[KINDS.index(untried) - 1] == best):
+            kind = untried                  # a costlier kind, first tried where the cheaper one leads
+        else:                               # the best, unless another is due a probe
+            due = [kind for kind in KINDS if kind != best and r.rate[kind] is not None and self.backoff.wait[kind] == 0]
+            kind = (due or [best])[0]
         r.begin(kind)
         return kind
 

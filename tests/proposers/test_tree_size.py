@@ -1,4 +1,5 @@
 """`--tree auto`: the kept size follows the costs and the draft's confidence, and stays exact."""
+import itertools
 import math
 
 import pytest
@@ -45,13 +46,14 @@ def test_calibration_tracks_the_accepted_share():
 
 
 def test_auto_trees_are_exact_and_vary_in_size(tiny_target):
-    draft = perturbed(tiny_target, 0.05, seed=3)
+    draft = perturbed(tiny_target, 0.01, seed=3)
     prompts = random_prompts(40, seed=21)
     params = SamplingParams(max_new_tokens=16, ignore_eos=True)
     models = Models(tiny_target, None, draft)
     plain = make_engine(Models(tiny_target, None, None), SpecConfig(method="none", k=0),
                         EngineConfig(max_batch=4, max_model_len=128))
     auto = make_engine(models, SpecConfig(method="draft", k=4, tree="auto"), EngineConfig(max_batch=4, max_model_len=128))
+    auto.proposer.auto_size.rates.clock = itertools.count().__next__   # every round one tick: rate = tokens
     assert [s.output_ids for s in auto.generate(prompts, params)] == \
         [s.output_ids for s in plain.generate(prompts, params)]
     assert auto.metrics.tree_rounds > 0 and auto.metrics.tree_nodes > 0
@@ -111,17 +113,20 @@ def _ladder(seconds: dict, tokens: dict, rounds: int = 2000) -> dict:
     ((5.0, 3.0, 1.0), "tree"),        # tokens a second of tree, chain and plain rounds
     ((2.0, 3.0, 1.0), "chain"),
     ((2.0, 2.0, 4.0), "none"),        # batch 16 on a CPU: a plain step beats both
-    ((3.0, 2.0, 4.0), "none"),
+    ((3.0, 2.0, 4.0), "none"),        # the tree is never tried: the chain, cheaper, loses to plain
 ])
 def test_auto_spends_most_rounds_on_the_kind_that_emits_most(rates, best):
-    """Tree, chain or plain step: each losing kind sits out rounds of the best kind in proportion
+    """Plain step, chain or tree: each losing kind sits out rounds of the best kind in proportion
     to the time it lost, so the best kind gets most rounds and the time lost to probing the
-    other two stays within their exploration budget (EXPLORE_SHARE each)."""
+    other two stays within their exploration budget (EXPLORE_SHARE each). A tree is first
+    tried only where the chain beats plain steps."""
+    rate = dict(zip(("tree", "chain", "none"), rates))
     seconds = {"tree": 1.0, "chain": 1.0, "none": 1.0}
-    tokens = {kind: int(r * seconds[kind]) for kind, r in zip(KINDS, rates)}
+    tokens = {kind: int(rate[kind] * seconds[kind]) for kind in KINDS}
     share = _ladder(seconds, tokens)
     assert max(share, key=share.get) == best, share
-    rate = dict(zip(KINDS, rates))
+    if rate["chain"] < rate["none"]:
+        assert share["tree"] == 0, share
     time_share = {kind: share[kind] * seconds[kind] for kind in KINDS}
     emitted = sum(time_share[kind] * rate[kind] for kind in KINDS) / sum(time_share.values())
     lost = 1 - emitted / rate[best]                                # against always the best kind
@@ -134,9 +139,9 @@ def test_auto_spends_most_rounds_on_the_kind_that_emits_most(rates, best):
 ])
 def test_auto_trees_give_way_where_verification_is_costly(tiny_target, cost, max_drafted):
     """Where every extra verify position costs a whole step, nothing could pay (can_pay): auto
-    drafts nothing and the draft never reads a prompt. Where half a step, trees are drafted,
-    lose, and give way to the chain or plain steps, whichever emits more. The output is plain's
-    either way."""
+    drafts nothing and the draft never reads a prompt. Where half a step, a few trees at most are
+    drafted (the tries and probes: the draft's acceptance is low, so chains and trees lose to
+    plain steps). The output is plain's either way."""
     from specdec.engine import Engine
     from specdec.proposers.draft_tree import DraftTreeProposer
     draft = perturbed(tiny_target, 0.05, seed=3)
@@ -145,6 +150,7 @@ def test_auto_trees_give_way_where_verification_is_costly(tiny_target, cost, max
     cfg = EngineConfig(max_batch=4, max_model_len=128)
     spec = SpecConfig(method="draft", k=4, tree="auto")
     prop = DraftTreeProposer(draft, 4, 128, "auto", cost=cost)
+    prop.auto_size.rates.clock = itertools.count().__next__    # every round one tick: rate = tokens
     drafted, tree = [], prop._tree
     prop._tree = lambda batch, k: drafted.append(len(batch)) or tree(batch, k)
     eng = Engine(tiny_target, spec, cfg, draft=draft, proposer=prop)
@@ -152,10 +158,8 @@ def test_auto_trees_give_way_where_verification_is_costly(tiny_target, cost, max
     assert [s.output_ids for s in eng.generate(prompts, params)] == \
         [s.output_ids for s in plain.generate(prompts, params)]
     m = eng.metrics
-    assert len(drafted) <= max_drafted and (len(drafted) > 0) == (max_drafted > 0)
-    if max_drafted:
-        assert prop.auto_size.backoff.wait["tree"] > 0, "the losing trees were not backed off"
-    else:
+    assert len(drafted) <= max_drafted
+    if not max_drafted:
         assert m.num_drafts == 0 and prop.cache.lengths == [0] * 4, "the draft read prompts it never drafted for"
 
 
@@ -177,6 +181,7 @@ def test_auto_reads_each_prompt_at_its_first_drafted_round(tiny_target):
     params = [SamplingParams(max_new_tokens=8 + 3 * i, ignore_eos=True) for i in range(12)]   # ragged ends
     cfg = EngineConfig(max_batch=4, max_model_len=128)
     prop = DraftTreeProposer(draft, 4, 128, "auto", cost=lambda b, q: 1.0)
+    prop.auto_size.rates.clock = itertools.count().__next__    # every round one tick: rate = tokens
     eng = Engine(tiny_target, SpecConfig(method="draft", k=3, tree="auto"), cfg, draft=draft, proposer=prop)
     plain = Engine(tiny_target, SpecConfig(method="none", k=0), cfg)
     assert [s.output_ids for s in eng.generate(prompts, params)] == \
