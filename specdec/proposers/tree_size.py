@@ -75,9 +75,9 @@ def best_size(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], flo
     return best_rate(path_probs, c, cost, spent)[0]
 
 
-ALPHA_PRIOR = 0.86        # per-token acceptance assumed by `can_pay`: the best we measured, the distilled
-                          # draft's on greedy code (models card: alpha from mean acceptance length 3.75 at
-                          # k = 4), with drafting free, so only a batch whose verify is compute-bound is
+ALPHA_PRIOR = 0.86        # per-token acceptance assumed by `can_pay`: the best we measured (a distilled
+                          # draft on greedy code, mean acceptance length 3.75 at k = 4 against the first
+                          # bundled target, whose output repeated itself), with drafting free, so only a batch whose verify is compute-bound is
                           # ruled out (on the Zen 4 of benchmarks/results/trees/NOTES-batch16.md, batch 16
                           # still passes)
 
