@@ -104,3 +104,17 @@ def one_round_timing_window():
     fn.__defaults__ = (False, 1)          # (remeasure, repeats)
     yield
     fn.__defaults__ = saved
+
+
+def priced_rounds(prop, tree: float = 3.0, chain: float = 1.5, none: float = 1.0) -> None:
+    """`--tree auto` on a fake clock: each round of `prop` (an auto tree proposer) takes `tree`,
+    `chain` or `none` seconds by what it drafted, so the measured rates follow these prices
+    instead of the test machine's timing."""
+    now, inner = [0.0], prop.propose
+    prop.auto_size.rates.clock = lambda: now[0]
+
+    def propose(batch, k):
+        draft = inner(batch, k)
+        now[0] += tree if draft.parents is not None else chain if draft.tokens.shape[1] else none
+        return draft
+    prop.propose = propose

@@ -20,8 +20,9 @@ large batch t grows with N and the chosen tree shrinks towards a few nodes per r
 
 Plain step, chain or tree (KINDS): an auto round drafts the kind that emitted the most tokens
 a second over its recent rounds: nothing (a plain step), the proposer's own chain of k, or a
-tree. Every rate is measured (`RoundRates`: tokens emitted over the wall time from one round's
-start to the next's, so the engine's own work counts). The kinds are first tried cheapest
+tree. Every rate is measured (`RoundRates`: tokens emitted over the wall time from the round's
+start, before drafting, to its rollback, after verification; the engine's admissions of new
+requests fall outside, so a prefill is charged to no kind). The kinds are first tried cheapest
 first, a costlier one only where the one before it leads: a tree, which drafts and verifies
 more than the chain, is first drafted where the chain beats plain steps (at batch 16 on this
 CPU neither pays, and one tree round there costs several plain steps). The other kinds are
@@ -53,8 +54,10 @@ CALIBRATION_DECAY = 0.95   # the calibration's memory: about the last 20 rounds
 EXPLORE_SHARE = 0.01      # the time a losing round may cost, as a share of the better kind's rounds
                           # that follow it: two kinds explore beside the best, together 2%, within the
                           # tree issue's bound at batch 16 (3%)
-BACKOFF_MAX = 256         # chain rounds at most before a tree is drafted again: a workload where
-                          # trees pay again regains them within 256 rounds (about 2 s at batch 1)
+BACKOFF_MAX = 128         # rounds a kind sits out at most: acceptance changes along a text within tens
+                          # of rounds, and 256 left a chain that met a hard stretch out of the easy one
+                          # after it; a probe of TRIES rounds in 128 costs a plain step's loss at batch 1
+                          # (about 35% a round) about 1%
 
 
 def best_rate(path_probs: torch.Tensor, c: float, cost: Callable[[int, int], float],
@@ -92,27 +95,40 @@ def can_pay(b: int, k: int, cost: Callable[[int, int], float]) -> bool:
 
 KINDS = ("none", "chain", "tree")    # what an auto round drafts, cheapest first: each kind is first tried
                                      # only where the one before it is the best measured so far
-RATE_DECAY = 0.8          # the measured rates' memory: about the last 5 rounds of each kind
+TRIES = 4                 # rounds of a probe, run back to back and judged together: one round's tokens
+                          # vary from 1 to k + 1 a row, and a wait judged on one unlucky round left the
+                          # chain out of most rounds at batch 1
+RATE_DECAY = 0.95         # the rates' memory: about the last 20 rounds of the run. One round's tokens
+                          # vary from 1 to k + 1 a row, so a shorter memory (0.8 measured) let a few
+                          # unlucky chain rounds fall below plain steps at batch 1 and hand them the rounds
 
 
 class RoundRates:
-    """Tokens a second of the last rounds of each kind, measured from one round's start to the
-    next's; None until a round of that kind ended."""
+    """Tokens a second of the recent rounds of each kind, measured from a round's start to its
+    rollback: decayed sums of tokens over decayed sums of seconds (a ratio of sums, so that
+    one short lucky round weighs no more than its seconds); None until a round of that kind ended."""
 
     def __init__(self):
         self.rate: dict[str, float | None] = dict.fromkeys(KINDS)
-        self.seconds: dict[str, float | None] = dict.fromkeys(KINDS)      # the last round's
-        self.kind, self._t, self._emitted = None, 0.0, 0
+        self.seconds: dict[str, float | None] = dict.fromkeys(KINDS)      # a round's, on average
+        self._sums = {kind: [0.0, 0.0, 0.0] for kind in KINDS}          # decayed tokens, seconds, rounds
+        self.rounds = dict.fromkeys(KINDS, 0)                            # rounds measured
+        self.kind, self._t, self._t_end, self._emitted = None, 0.0, 0.0, 0
         self.clock = time.perf_counter
 
     def end(self) -> str | None:
-        """The running round ended now: record it; -> its kind (None: none was measured)."""
-        kind, now = self.kind, self.clock()
+        """The running round ended (its `emitted`): record it; -> its kind (None: none was measured).
+        Every kind's sums decay each round, so a kind that sat out rounds is judged mostly by
+        its next round: the text, and with it the acceptance, changed meanwhile."""
+        kind = self.kind
         if kind is not None and self._emitted:
-            r = self._emitted / max(now - self._t, 1e-9)
-            self.seconds[kind] = now - self._t
-            old = self.rate[kind]
-            self.rate[kind] = r if old is None else RATE_DECAY * old + (1 - RATE_DECAY) * r
+            for sums in self._sums.values():
+                sums[:] = [RATE_DECAY * x for x in sums]
+            sums = self._sums[kind]
+            for i, x in enumerate((self._emitted, max(self._t_end - self._t, 1e-9), 1.0)):
+                sums[i] += x
+            self.rate[kind], self.seconds[kind] = sums[0] / sums[1], sums[1] / sums[2]
+            self.rounds[kind] += 1
         self.kind = None
         return kind
 
@@ -121,7 +137,9 @@ class RoundRates:
         self.kind, self._t, self._emitted = kind, self.clock(), 0
 
     def emitted(self, tokens: int) -> None:
-        self._emitted = tokens
+        """The running round's tokens, known at its rollback: the round's time ends here, before
+        the engine admits new requests (a prefill that would be charged to whichever kind ran)."""
+        self._emitted, self._t_end = tokens, self.clock()
 
     def exclude(self, seconds: float) -> None:
         """Leave `seconds` of the running round (a one-time catch-up, as a prefill) out of its time."""
@@ -134,8 +152,8 @@ class RoundRates:
 
 
 class Backoff:
-    """Rounds each kind sits out after a round of it that emitted fewer tokens a second than the
-    best other kind: as many as make its excess time EXPLORE_SHARE of theirs."""
+    """Rounds each kind sits out after it emitted fewer tokens a second than the best other kind:
+    as many as make the excess time of its next probe (TRIES rounds) EXPLORE_SHARE of theirs."""
 
     def __init__(self):
         self.wait = dict.fromkeys(KINDS, 0)
@@ -143,13 +161,13 @@ class Backoff:
     def judge(self, kind: str, rates: RoundRates) -> None:
         """A round of `kind` just ended (rates.end()): against the best other measured kind."""
         other = rates.best(but=kind)
-        if other is None or rates.rate[kind] is None:
+        if other is None:
             return
         rate, better = rates.rate[kind], rates.rate[other]
         if rate >= better:
             self.wait[kind] = 0
             return
-        excess = rates.seconds[kind] * (1 - rate / better)      # beyond the better kind's time for its tokens
+        excess = TRIES * rates.seconds[kind] * (1 - rate / better)   # a probe's, beyond the better kind's time
         self.wait[kind] = min(BACKOFF_MAX, math.ceil(excess / (EXPLORE_SHARE * max(rates.seconds[other], 1e-9))))
 
     def tick(self) -> None:
@@ -184,27 +202,35 @@ class AutoSize:
         self.cost, self.calibration, self.rates = cost, Calibration(), RoundRates()
         self.backoff = Backoff()
         self._predicted: float | None = None
+        self._probe, self._probe_left = None, 0                     # the kind being probed, rounds to go
+        self._judge: str | None = None                              # the kind whose probe ends this round
         self._feasible: dict[tuple[int, int], bool] = {}           # (b, k) -> can_pay
 
     def choose(self, auto: bool, b: int = 1, k: int = 1) -> str | None:
-        """A round of b rows and depth k starts: judge the round that just ended; -> what this one drafts, for an auto round: "tree", "chain" or "none" (a plain
-        step); None otherwise (the proposer's own rule)."""
-        r = self.rates
+        """A round of b rows and depth k starts: judge the round that just ended; -> what this
+        one drafts, for an auto round: "tree", "chain" or "none" (a plain step); None otherwise
+        (the proposer's own rule)."""
+        r, off = self.rates, self.backoff
         ended = r.end()
-        if ended is not None:
-            self.backoff.judge(ended, r)
+        if ended is not None and ended == self._judge:
+            off.judge(ended, r)             # a probe is judged once, on its TRIES rounds
+        self._judge = None
         if not auto:
             return None
         if not self._can_pay(b, k):
             return "none"                   # nothing could pay: not a round the rates compare
-        self.backoff.tick()
-        best = r.best()
-        untried = next((kind for kind in KINDS if r.rate[kind] is None), None)
-        if untried is not None and (best is None or KINDS[KINDS.index(untried) - 1] == best):
-            kind = untried                  # a costlier kind, first tried where the cheaper one leads
-        else:                               # the best, unless another is due a probe
-            due = [kind for kind in KINDS if kind != best and r.rate[kind] is not None and self.backoff.wait[kind] == 0]
-            kind = (due or [best])[0]
+        off.tick()
+        if self._probe is not None and self._probe_left:      # 1. a probe runs its TRIES rounds
+            self._probe_left -= 1
+            kind = self._probe
+        else:                               # 2. a kind due a probe, else the best
+            best = r.best()
+            due = [kind for i, kind in enumerate(KINDS) if kind != best and off.wait[kind] == 0
+                   and (r.rounds[kind] or i == 0 or KINDS[i - 1] == best)]   # first tried where the cheaper leads
+            kind = due[0] if due else best
+            self._probe, self._probe_left = (kind, TRIES - 1) if due else (None, 0)
+        if self._probe is not None and not self._probe_left:
+            self._judge, self._probe = self._probe, None        # the probe's last round
         r.begin(kind)
         return kind
 

@@ -2,15 +2,14 @@
 the exact sampling law, and `--tree auto` giving way to plain steps where no tree pays."""
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.engine import Engine
 from specdec.proposers.feature_tree import FeatureTreeProposer
-from tests.conftest import random_prompts
+from specdec.proposers.tree_size import TRIES
+from tests.conftest import priced_rounds, random_prompts
 from tests.proposers.heads import random_head
 from tests.proposers.test_exact_law import NEW, P_MIN, PROMPT, V, exact_law, p_value
 from tests.proposers.test_feature_head import N_HEAD
@@ -19,7 +18,7 @@ from tests.proposers.test_feature_head import N_HEAD
 def _run(target, method, head, prompts, params, k, tree, max_batch, cost=None, drafted=None):
     prop = FeatureTreeProposer(target, head, max_batch, 256, tree, cost, name=method) if head else None
     if drafted is not None:             # record the batch size of every tree drafted
-        prop.auto_size.rates.clock = itertools.count().__next__      # every round one tick: rate = tokens
+        priced_rounds(prop)                                        # a tree round 3 plain steps, a chain 1.5
         grow = prop._tree
         prop._tree = lambda batch, k: drafted.append(len(batch)) or grow(batch, k)
     eng = Engine(target, SpecConfig(method=method, k=k, tree=tree if head else 0),
@@ -58,9 +57,9 @@ def test_head_tree_sampling_follows_the_exact_law(small, T):
 
 
 def test_auto_head_trees_give_way_where_verification_is_costly(heads):
-    """Every extra verify position priced at half a step: a tree could pay (can_pay), but few are
-    drafted (the tries and probes: the head's acceptance is low here, so the chain or plain steps,
-    whichever emits more, take the rounds); the output is still plain's."""
+    """A tree round priced at 3 plain steps and a chain round at 1.5 (priced_rounds): a tree could
+    pay (can_pay), but at most its TRIES rounds are drafted before it loses to the chain or plain
+    steps, whichever emits more; the output is still plain's."""
     target, head = heads["eagle"]
     prompts = random_prompts(8, seed=22, vocab=64)
     params = SamplingParams(max_new_tokens=40, ignore_eos=True)
@@ -70,7 +69,7 @@ def test_auto_head_trees_give_way_where_verification_is_costly(heads):
                     drafted=drafted)
     assert out == plain
     m = eng.metrics
-    assert len(drafted) <= 4 and m.tree_rounds <= 4 * 4, (len(drafted), m.tree_rounds)     # 4 rows a tree round
+    assert len(drafted) <= TRIES and m.tree_rounds <= 4 * TRIES, (len(drafted), m.tree_rounds)   # 4 rows a round
 
 
 def test_a_head_tree_holds_the_heads_greedy_chain(loopy_target):
