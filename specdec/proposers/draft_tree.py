@@ -66,7 +66,7 @@ class DraftTreeProposer(DraftModelProposer):
     def propose(self, batch: Batch, k: int) -> Draft:
         s = batch.sampling
         self._was_tree = tree_round(s)
-        kind = self.auto_size.choose(self._was_tree and self.budget == "auto" and s.all_argmax, len(batch), k)
+        kind = self.auto_size.choose(self._was_tree and self.budget == "auto", len(batch), k)
         if kind == "none":
             self._was_tree, self._committed = False, None       # a plain step (tree_size.py: can_pay)
             return Draft(tokens=self._no_draft[:len(batch)], probs=None)

@@ -39,7 +39,7 @@ class FeatureTreeProposer(FeatureHeadProposer):
     def propose(self, context: Batch, k: int) -> Draft:
         s = context.sampling
         tree = tree_round(s)
-        kind = self.auto_size.choose(tree and self.budget == "auto" and s.all_argmax, len(context), k)
+        kind = self.auto_size.choose(tree and self.budget == "auto", len(context), k)
         if kind == "none":
             self._committed = None                      # a plain step: the features wait in `pending`
             return Draft(tokens=self._no_draft[:len(context)], probs=None)

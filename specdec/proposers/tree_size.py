@@ -19,17 +19,18 @@ verification accepts: the ratio of accepted nodes to predicted ones over recent 
 large batch t grows with N and the chosen tree shrinks towards a few nodes per row.
 
 Plain step, chain or tree (KINDS): an auto round drafts the kind that emitted the most tokens
-a second over its recent rounds: nothing (a plain step), the proposer's own chain of k, or a
+a second over the recent rounds: nothing (a plain step), the proposer's own chain of k, or a
 tree. Every rate is measured (`RoundRates`: tokens emitted over the wall time from the round's
 start, before drafting, to its rollback, after verification; the engine's admissions of new
-requests fall outside, so a prefill is charged to no kind). The kinds are first tried cheapest
-first, a costlier one only where the one before it leads: a tree, which drafts and verifies
-more than the chain, is first drafted where the chain beats plain steps (at batch 16 on this
-CPU neither pays, and one tree round there costs several plain steps). The other kinds are
-probed to keep their rates current: after a round of a kind that lost to the best, that kind
-sits out as many rounds as make its excess time (its seconds less what the best kind would
-have taken for its tokens) EXPLORE_SHARE of theirs, at most BACKOFF_MAX (`Backoff`). No kind
-is given up for good once tried: the batch, the text and so the acceptance change.
+requests fall outside, so a prefill is charged to no kind). The other kinds are probed: a probe
+is PROBE_ROWS row-rounds of one kind back to back (4 rounds at batch 1, one at batch 4 and
+above), judged together against the best other kind; a kind that lost sits out as many rounds
+as make its next probe's excess time (its seconds less what the best kind would have taken for
+its tokens) EXPLORE_SHARE of theirs, at most BACKOFF_MAX (`Backoff`). The kinds are first
+probed cheapest first, a costlier one only where the one before it leads: a tree, which drafts
+and verifies more than the chain, is first drafted where the chain beats plain steps (at
+batch 16 on this CPU neither pays, and one tree round there costs several plain steps). No
+kind is given up for good: the batch, the text and so the acceptance change.
 
 Never drafted: a round drafts nothing (a plain step) where no tree or chain could pay at all
 (`can_pay`): where the best line of depth d <= k, accepted at an optimistic ALPHA_PRIOR per
@@ -56,7 +57,7 @@ EXPLORE_SHARE = 0.01      # the time a losing round may cost, as a share of the 
                           # tree issue's bound at batch 16 (3%)
 BACKOFF_MAX = 128         # rounds a kind sits out at most: acceptance changes along a text within tens
                           # of rounds, and 256 left a chain that met a hard stretch out of the easy one
-                          # after it; a probe of TRIES rounds in 128 costs a plain step's loss at batch 1
+                          # after it; a probe of 4 rounds in 128 costs a plain step's loss at batch 1
                           # (about 35% a round) about 1%
 
 
@@ -95,9 +96,15 @@ def can_pay(b: int, k: int, cost: Callable[[int, int], float]) -> bool:
 
 KINDS = ("none", "chain", "tree")    # what an auto round drafts, cheapest first: each kind is first tried
                                      # only where the one before it is the best measured so far
-TRIES = 4                 # rounds of a probe, run back to back and judged together: one round's tokens
-                          # vary from 1 to k + 1 a row, and a wait judged on one unlucky round left the
-                          # chain out of most rounds at batch 1
+PROBE_ROWS = 4            # row-rounds a probe measures, its rounds run back to back and judged together:
+                          # one row's tokens vary from 1 to k + 1 a round, and at batch 1 a wait judged
+                          # on one unlucky round left the chain out of most rounds; a batch of 16 rows
+                          # averages them in one round, where a longer probe costs more than it learns
+
+
+def probe_rounds(b: int) -> int:
+    """Rounds of a probe at batch b: PROBE_ROWS row-rounds."""
+    return max(1, math.ceil(PROBE_ROWS / b))
 RATE_DECAY = 0.95         # the rates' memory: about the last 20 rounds of the run. One round's tokens
                           # vary from 1 to k + 1 a row, so a shorter memory (0.8 measured) let a few
                           # unlucky chain rounds fall below plain steps at batch 1 and hand them the rounds
@@ -153,13 +160,14 @@ class RoundRates:
 
 class Backoff:
     """Rounds each kind sits out after it emitted fewer tokens a second than the best other kind:
-    as many as make the excess time of its next probe (TRIES rounds) EXPLORE_SHARE of theirs."""
+    as many as make the excess time of its next probe EXPLORE_SHARE of theirs."""
 
     def __init__(self):
         self.wait = dict.fromkeys(KINDS, 0)
 
-    def judge(self, kind: str, rates: RoundRates) -> None:
-        """A round of `kind` just ended (rates.end()): against the best other measured kind."""
+    def judge(self, kind: str, rates: RoundRates, rounds: int = 1) -> None:
+        """A probe of `kind`, `rounds` rounds, just ended (rates.end()): against the best other
+        measured kind."""
         other = rates.best(but=kind)
         if other is None:
             return
@@ -167,7 +175,7 @@ class Backoff:
         if rate >= better:
             self.wait[kind] = 0
             return
-        excess = TRIES * rates.seconds[kind] * (1 - rate / better)   # a probe's, beyond the better kind's time
+        excess = rounds * rates.seconds[kind] * (1 - rate / better)  # a probe's, beyond the better kind's time
         self.wait[kind] = min(BACKOFF_MAX, math.ceil(excess / (EXPLORE_SHARE * max(rates.seconds[other], 1e-9))))
 
     def tick(self) -> None:
@@ -213,14 +221,14 @@ class AutoSize:
         r, off = self.rates, self.backoff
         ended = r.end()
         if ended is not None and ended == self._judge:
-            off.judge(ended, r)             # a probe is judged once, on its TRIES rounds
+            off.judge(ended, r, probe_rounds(b))    # a probe is judged once, on all its rounds
         self._judge = None
         if not auto:
             return None
         if not self._can_pay(b, k):
             return "none"                   # nothing could pay: not a round the rates compare
         off.tick()
-        if self._probe is not None and self._probe_left:      # 1. a probe runs its TRIES rounds
+        if self._probe is not None and self._probe_left:      # 1. a probe runs its rounds
             self._probe_left -= 1
             kind = self._probe
         else:                               # 2. a kind due a probe, else the best
@@ -228,7 +236,7 @@ class AutoSize:
             due = [kind for i, kind in enumerate(KINDS) if kind != best and off.wait[kind] == 0
                    and (r.rounds[kind] or i == 0 or KINDS[i - 1] == best)]   # first tried where the cheaper leads
             kind = due[0] if due else best
-            self._probe, self._probe_left = (kind, TRIES - 1) if due else (None, 0)
+            self._probe, self._probe_left = (kind, probe_rounds(b) - 1) if due else (None, 0)
         if self._probe is not None and not self._probe_left:
             self._judge, self._probe = self._probe, None        # the probe's last round
         r.begin(kind)

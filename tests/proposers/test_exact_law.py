@@ -20,7 +20,7 @@ from specdec.verify.greedy import accepted_prefix
 from specdec.models.native.forward import NativeForward
 from specdec.verify.rejection import acceptance_probability, rejection_verify
 from specdec.verify.sampling import probs_from_logits, sample
-from tests.conftest import make_model, perturbed
+from tests.conftest import make_model, perturbed, priced_rounds
 
 N = 20000               # continuations per test of a correct sampler (the issue's floor)
 N_CONTROL = 8000        # per negative control: each bug measured p < 1e-29 at this size
@@ -113,6 +113,24 @@ def test_speculative_sampling_follows_the_exact_law(pair, method, T, top_k, top_
 def test_tree_sampling_follows_the_exact_law(pair, T):
     """The tree rule's engine path at the same N as the chains."""
     assert p_value(sampled(pair, "draft", T, tree=4), exact_law(pair[0], T)) > P_MIN
+
+
+def test_auto_rounds_of_every_kind_sample_exactly(pair):
+    """`--tree auto` under sampling picks a plain step, a chain or a tree per round from measured
+    rates (tree_size.py); priced so that all three run in turn, the law stays exact."""
+    from specdec.proposers.draft_tree import DraftTreeProposer
+    target, draft = pair
+    prop = DraftTreeProposer(draft, 256, 32, "auto", cost=lambda b, q: 1.0)
+    priced_rounds(prop, tree=1.0, chain=1.0, none=1.0)        # equal prices: the drafts lead, trees are tried
+    kinds, choose = [], prop.auto_size.choose
+    prop.auto_size.choose = lambda *a: kinds.append(choose(*a)) or kinds[-1]
+    eng = Engine(target, SpecConfig(method="draft", k=2, tree="auto"), EngineConfig(max_batch=256, max_model_len=32),
+                 draft=draft, proposer=prop)
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=NEW, ignore_eos=True) for i in range(N)]
+    seqs = eng.generate([PROMPT] * N, params)
+    idx = torch.tensor([a * V * V + b * V + c for s in seqs for a, b, c in [s.output_ids]])
+    assert {"none", "chain", "tree"} <= set(kinds), kinds
+    assert p_value(torch.bincount(idx, minlength=V ** 3).double(), exact_law(target, 1.0)) > P_MIN
 
 
 def test_a_batch_mixing_greedy_rows_samples_exactly(pair):

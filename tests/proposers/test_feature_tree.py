@@ -8,7 +8,7 @@ import torch
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.engine import Engine
 from specdec.proposers.feature_tree import FeatureTreeProposer
-from specdec.proposers.tree_size import TRIES
+from specdec.proposers.tree_size import BACKOFF_MAX
 from tests.conftest import priced_rounds, random_prompts
 from tests.proposers.heads import random_head
 from tests.proposers.test_exact_law import NEW, P_MIN, PROMPT, V, exact_law, p_value
@@ -58,8 +58,8 @@ def test_head_tree_sampling_follows_the_exact_law(small, T):
 
 def test_auto_head_trees_give_way_where_verification_is_costly(heads):
     """A tree round priced at 3 plain steps and a chain round at 1.5 (priced_rounds): a tree could
-    pay (can_pay), but at most its TRIES rounds are drafted before it loses to the chain or plain
-    steps, whichever emits more; the output is still plain's."""
+    pay (can_pay), but only its probes are drafted (a round at batch 4, one in at most BACKOFF_MAX)
+    before it loses to the chain or plain steps, whichever emits more; the output is still plain's."""
     target, head = heads["eagle"]
     prompts = random_prompts(8, seed=22, vocab=64)
     params = SamplingParams(max_new_tokens=40, ignore_eos=True)
@@ -69,7 +69,7 @@ def test_auto_head_trees_give_way_where_verification_is_costly(heads):
                     drafted=drafted)
     assert out == plain
     m = eng.metrics
-    assert len(drafted) <= TRIES and m.tree_rounds <= 4 * TRIES, (len(drafted), m.tree_rounds)   # 4 rows a round
+    assert len(drafted) <= 1 + m.target_forwards // BACKOFF_MAX, (len(drafted), m.tree_rounds)
 
 
 def test_a_head_tree_holds_the_heads_greedy_chain(loopy_target):

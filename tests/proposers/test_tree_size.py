@@ -8,8 +8,9 @@ import torch
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.errors import ConfigError
-from specdec.proposers.tree_size import (can_pay, EXPLORE_SHARE, BACKOFF_MAX, KINDS, TRIES, AutoSize, Backoff, RoundRates,
-                                         Calibration, best_rate, best_size)
+from specdec.proposers.tree_size import (can_pay, EXPLORE_SHARE, BACKOFF_MAX, KINDS, PROBE_ROWS, AutoSize, Backoff, RoundRates,
+                                         Calibration, best_rate, best_size,
+                                         probe_rounds)
 from tests.conftest import make_model, perturbed, priced_rounds, random_prompts
 
 PROBS = torch.tensor([[0.9, 0.6, 0.3, 0.1, 0.05, 0.01]])     # one row's path probabilities, sorted
@@ -81,11 +82,12 @@ def test_a_kind_that_loses_sits_out_rounds_in_proportion_to_the_time_it_lost():
     rates, b = RoundRates(), Backoff()
     rates.rate.update(tree=1.0, chain=2.0, none=0.5)
     rates.seconds.update(tree=0.3, chain=0.05, none=0.01)
-    b.judge("tree", rates)                  # a probe loses 4 x 0.15 s to the chain: 0.6 / (0.01 * 0.05) = 1200
-    assert b.wait["tree"] == min(BACKOFF_MAX, math.ceil(TRIES * 0.15 / (EXPLORE_SHARE * 0.05))) == BACKOFF_MAX
+    b.judge("tree", rates, 4)               # a probe loses 4 x 0.15 s to the chain: 0.6 / (0.01 * 0.05) = 1200
+    assert b.wait["tree"] == min(BACKOFF_MAX, math.ceil(4 * 0.15 / (EXPLORE_SHARE * 0.05))) == BACKOFF_MAX
     rates.seconds["tree"] = 0.02                               # 4 x 0.01 s lost: 80 rounds
-    b.judge("tree", rates)
-    assert b.wait["tree"] == math.ceil(TRIES * 0.01 / (EXPLORE_SHARE * 0.05)) == 80
+    b.judge("tree", rates, 4)
+    assert b.wait["tree"] == math.ceil(4 * 0.01 / (EXPLORE_SHARE * 0.05)) == 80
+    assert [probe_rounds(b) for b in (1, 2, 3, 4, 16)] == [PROBE_ROWS, 2, 2, 1, 1]
     for _ in range(80):
         b.tick()
     assert b.wait["tree"] == 0
@@ -118,8 +120,8 @@ def _ladder(seconds: dict, tokens: dict, rounds: int = 2000) -> dict:
 def test_auto_spends_most_rounds_on_the_kind_that_emits_most(rates, best):
     """Plain step, chain or tree: each losing kind sits out rounds of the best kind in proportion
     to the time it lost, so the best kind gets most rounds and the time lost to probing the
-    other two stays within their exploration budget (EXPLORE_SHARE each, or a probe of TRIES
-    rounds in BACKOFF_MAX where that is more). A tree is first tried only where the chain beats plain steps."""
+    other two stays within their exploration budget (EXPLORE_SHARE each, or a probe of
+    PROBE_ROWS rounds at batch 1 in BACKOFF_MAX where that is more). A tree is first tried only where the chain beats plain steps."""
     rate = dict(zip(("tree", "chain", "none"), rates))
     seconds = {"tree": 1.0, "chain": 1.0, "none": 1.0}
     tokens = {kind: int(rate[kind] * seconds[kind]) for kind in KINDS}
@@ -131,24 +133,24 @@ def test_auto_spends_most_rounds_on_the_kind_that_emits_most(rates, best):
     emitted = sum(time_share[kind] * rate[kind] for kind in KINDS) / sum(time_share.values())
     lost = 1 - emitted / rate[best]                                # against always the best kind
     bound = 0.0                                                    # each other kind's probes: the excess of
-    for kind in KINDS:                                             # TRIES rounds per wait (at most BACKOFF_MAX)
+    for kind in KINDS:                                             # PROBE_ROWS rounds per wait (at most BACKOFF_MAX)
         if kind != best and (kind != "tree" or rate["chain"] >= rate["none"]):
-            excess = TRIES * seconds[kind] * (1 - rate[kind] / rate[best])     # a probe's
+            excess = PROBE_ROWS * seconds[kind] * (1 - rate[kind] / rate[best])     # a probe's
             wait = min(BACKOFF_MAX, math.ceil(excess / (EXPLORE_SHARE * seconds[best])))
             bound += excess / (wait * seconds[best] + excess)
-    assert lost <= 1.1 * bound + 2 * TRIES / 2000, (share, lost, bound)       # 10%: waits round up; the tries
+    assert lost <= 1.1 * bound + 2 * PROBE_ROWS / 2000, (share, lost, bound)       # 10%: waits round up; the tries
 
 
 @pytest.mark.parametrize("cost,max_drafted", [
     (lambda b, q: float(q), 0),                  # compute-bound: no tree could pay, none is drafted
-    (lambda b, q: 1.0 + 0.5 * (q - 1), TRIES),   # one could: tried, judged, then only probed
+    (lambda b, q: 1.0 + 0.5 * (q - 1), probe_rounds(4)),   # one could: tried, judged, then only probed
 ])
 def test_auto_trees_give_way_where_verification_is_costly(tiny_target, cost, max_drafted):
     """Where every extra verify position costs a whole step, nothing could pay (can_pay): auto
     drafts nothing and the draft never reads a prompt. Where a tree round costs 3 plain steps and
     a chain round 1.5 (priced_rounds), with every draft accepted: the chain beats plain steps, so
-    trees are tried (TRIES rounds), lose to the chain, and are then only probed (TRIES rounds in
-    at most BACKOFF_MAX). The output is plain's either way."""
+    trees are tried (one probe), lose to the chain, and are then only probed (a probe in at most
+    BACKOFF_MAX rounds). The output is plain's either way."""
     from specdec.engine import Engine
     from specdec.proposers.draft_tree import DraftTreeProposer
     prompts = random_prompts(8, seed=22)
