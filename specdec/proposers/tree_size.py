@@ -52,8 +52,8 @@ from ..errors import ConfigError
 AUTO_NODES = 32      # nodes drafted when the size is chosen per round; on this project's CPU the
                      # verify forward at 33 positions already costs about 2x one at 9 (decode_cost)
 CALIBRATION_DECAY = 0.95   # the calibration's memory: about the last 20 rounds
-EXPLORE_SHARE = 0.01      # the time a losing round may cost, as a share of the better kind's rounds
-                          # that follow it: two kinds explore beside the best, together 2%, within the
+EXPLORE_SHARE = 0.01      # the time a losing kind's next probe may cost, as a share of the best kind's
+                          # rounds before it: two kinds explore beside the best, together 2%, within the
                           # tree issue's bound at batch 16 (3%)
 BACKOFF_MAX = 128         # rounds a kind sits out at most: acceptance changes along a text within tens
                           # of rounds, and 256 left a chain that met a hard stretch out of the easy one
