@@ -101,13 +101,15 @@ PROBE_ROWS = 4            # row-rounds a probe measures, its rounds run back to 
                           # on one unlucky round left the chain out of most rounds; a batch of 16 rows
                           # averages them in one round, where a longer probe costs more than it learns
 
+RATE_DECAY = 0.95         # the rates' memory: about the last 20 rounds of the run. One round's tokens
+                          # vary from 1 to k + 1 a row, so a shorter memory (0.8 measured) let a few
+                          # unlucky chain rounds fall below plain steps at batch 1 and hand them the rounds
+
 
 def probe_rounds(b: int) -> int:
     """Rounds of a probe at batch b: PROBE_ROWS row-rounds."""
     return max(1, math.ceil(PROBE_ROWS / b))
-RATE_DECAY = 0.95         # the rates' memory: about the last 20 rounds of the run. One round's tokens
-                          # vary from 1 to k + 1 a row, so a shorter memory (0.8 measured) let a few
-                          # unlucky chain rounds fall below plain steps at batch 1 and hand them the rounds
+
 
 
 class RoundRates:
@@ -119,7 +121,6 @@ class RoundRates:
         self.rate: dict[str, float | None] = dict.fromkeys(KINDS)
         self.seconds: dict[str, float | None] = dict.fromkeys(KINDS)      # a round's, on average
         self._sums = {kind: [0.0, 0.0, 0.0] for kind in KINDS}          # decayed tokens, seconds, rounds
-        self.rounds = dict.fromkeys(KINDS, 0)                            # rounds measured
         self.kind, self._t, self._t_end, self._emitted = None, 0.0, 0.0, 0
         self.clock = time.perf_counter
 
@@ -135,7 +136,6 @@ class RoundRates:
             for i, x in enumerate((self._emitted, max(self._t_end - self._t, 1e-9), 1.0)):
                 sums[i] += x
             self.rate[kind], self.seconds[kind] = sums[0] / sums[1], sums[1] / sums[2]
-            self.rounds[kind] += 1
         self.kind = None
         return kind
 
@@ -180,7 +180,8 @@ class Backoff:
 
     def tick(self) -> None:
         """A round passed."""
-        self.wait = {kind: max(0, n - 1) for kind, n in self.wait.items()}
+        for kind, n in self.wait.items():
+            self.wait[kind] = max(0, n - 1)
 
 
 class Calibration:
@@ -210,8 +211,7 @@ class AutoSize:
         self.cost, self.calibration, self.rates = cost, Calibration(), RoundRates()
         self.backoff = Backoff()
         self._predicted: float | None = None
-        self._probe, self._probe_left = None, 0                     # the kind being probed, rounds to go
-        self._judge: str | None = None                              # the kind whose probe ends this round
+        self._probe, self._probe_left = None, 0     # the kind being probed (judged when its last round ends), rounds to go
         self._feasible: dict[tuple[int, int], bool] = {}           # (b, k) -> can_pay
 
     def choose(self, auto: bool, b: int = 1, k: int = 1) -> str | None:
@@ -220,9 +220,8 @@ class AutoSize:
         (the proposer's own rule)."""
         r, off = self.rates, self.backoff
         ended = r.end()
-        if ended is not None and ended == self._judge:
+        if ended is not None and ended == self._probe and not self._probe_left:
             off.judge(ended, r, probe_rounds(b))    # a probe is judged once, on all its rounds
-        self._judge = None
         if not auto:
             return None
         if not self._can_pay(b, k):
@@ -231,14 +230,12 @@ class AutoSize:
         if self._probe is not None and self._probe_left:      # 1. a probe runs its rounds
             self._probe_left -= 1
             kind = self._probe
-        else:                               # 2. a kind due a probe, else the best
+        else:                               # 2. a kind due a probe (its last round, if one), else the best
             best = r.best()
             due = [kind for i, kind in enumerate(KINDS) if kind != best and off.wait[kind] == 0
-                   and (r.rounds[kind] or i == 0 or KINDS[i - 1] == best)]   # first tried where the cheaper leads
+                   and (r.rate[kind] is not None or i == 0 or KINDS[i - 1] == best)]   # first tried where the cheaper leads
             kind = due[0] if due else best
             self._probe, self._probe_left = (kind, probe_rounds(b) - 1) if due else (None, 0)
-        if self._probe is not None and not self._probe_left:
-            self._judge, self._probe = self._probe, None        # the probe's last round
         r.begin(kind)
         return kind
 
