@@ -65,7 +65,6 @@ class AutoProposer(Proposer):
         self.names = list(arms)
         self.arms = [arms[n] for n in self.names]
         self.gamma, self.c, self.prior, self.clock = gamma, c, prior, clock
-        A = len(self.arms)
         self.rows: dict[int, _Stats] = {}
         self.glob: dict[str, tuple[list[float], list[float]]] = {}   # mode -> (tokens, seconds) per arm
         self.row_mode: dict[int, str] = {}                  # each running row's verification mode

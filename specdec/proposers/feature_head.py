@@ -130,7 +130,7 @@ class FeatureHeadProposer(Proposer):
     def _verified(self, context: Batch):
         """Every row's entries whose features are the target's (handed over since the last round),
         not yet fed -> (tokens (B, T) right-padded, features (B, T, d), entries per row)."""
-        B, dev, d = len(context), self.target.device, self.head.config.hidden_size
+        dev, d = self.target.device, self.head.config.hidden_size
         lens = self.cache.lengths
         feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]
         for b, f in enumerate(feeds):

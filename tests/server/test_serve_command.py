@@ -30,7 +30,7 @@ def test_sigterm_drains_in_flight_stream(tiny_dirs):
             assert proc.poll() is None and time.time() < end, proc.stdout.read().decode()[-2000:]
             time.sleep(0.2)
         body = {"prompt": "def f(x):", "max_tokens": 300, "temperature": 0, "ignore_eos": True, "stream": True}
-        texts, lines = [], []
+        lines = []
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
             for line in r.iter_lines():
                 if not line.startswith("data: "):
