@@ -6,7 +6,8 @@ For each workload (code, prose, grounded, random; specdec.analysis.workloads), e
 sampling mode (greedy, and with `--temperatures` each temperature under each of
 `--couplings`: standard rejection sampling, or the drafter-invariant coupling) and each
 method (none = plain, draft, ngram, suffix, layerskip, eagle, auto; a method may carry its own k as
-`draft@6`, and `tree16@4` is the draft model's token tree of 16 nodes and depth 4) it decodes the same prompts
+`draft@6`, `tree16@4` is the draft model's token tree of 16 nodes and depth 4, and
+`auto:draft+eagle+none` is auto over those arms instead of its default ones) it decodes the same prompts
 with the bundled models and records acceptance rate, mean acceptance length, tokens/s
 (output tokens / wall time of the whole generate call, prefill included), the speed-up
 over plain and the repetition fraction of the output (analysis/repetition.py). Greedy and
@@ -43,8 +44,9 @@ SEED = 1234        # request i is seeded SEED + i, so every method and repeat sa
 def parse_method(label: str, k):
     """'draft' -> (draft, k, 0); 'draft@6' -> (draft, 6, 0); 'tree16@4' -> (draft, 4, 16);
     'treeauto@4' -> (draft, 4, "auto"); 'suffixtree16@4' -> (suffix, 4, 16): another
-    proposer's trees."""
+    proposer's trees; 'auto:draft+none' -> (auto, k, 0) (its arms: `arms_of`)."""
     name, _, own_k = label.partition("@")
+    name = name.partition(":")[0]
     k = _k(own_k) if own_k else k
     if "tree" in name:
         method, _, size = name.partition("tree")
@@ -52,10 +54,16 @@ def parse_method(label: str, k):
     return name, k, 0
 
 
+def arms_of(label: str) -> dict:
+    """'auto:draft+eagle+none' -> the options naming auto's arms; {} for any other label."""
+    arms = label.partition("@")[0].partition(":")[2]
+    return {"auto_arms": ",".join(arms.split("+"))} if arms else {}
+
+
 def run_once(models, label: str, k, prompts, new_tokens: int, options: dict, mode=("greedy", 0.0, "standard"),
              batch: int = 1) -> dict:
     method, k, tree = parse_method(label, k)
-    spec = SpecConfig(method=method, k=0 if method == "none" else k, options=options, tree=tree)
+    spec = SpecConfig(method=method, k=0 if method == "none" else k, options={**options, **arms_of(label)}, tree=tree)
     longest = max(len(p) for p in prompts) + new_tokens + 1
     cfg = EngineConfig(max_batch=batch, max_model_len=min(longest, models.target.config.max_position_embeddings))
     draft = models.draft if method in ("draft", "auto") else None
@@ -120,11 +128,11 @@ def markdown(results: dict, meta: dict) -> str:
                          f"{same[r['identical_to_plain']]} |")
     best = []
     for w, per in results.items():
-        singles = {m: r["speedup"] for m, r in per.items() if m != "auto"}
+        singles = {m: r["speedup"] for m, r in per.items() if parse_method(m, meta["k"])[0] != "auto"}
         top = max(singles, key=singles.get)
-        if "auto" in per:
-            best.append(f"- {w}: best single = {top} ({singles[top]:.2f}x); auto = {per['auto']['speedup']:.2f}x "
-                        f"({per['auto']['speedup'] / singles[top]:.0%} of best)")
+        for m in (m for m in per if m not in singles):
+            best.append(f"- {w}: best single = {top} ({singles[top]:.2f}x); {m} = {per[m]['speedup']:.2f}x "
+                        f"({per[m]['speedup'] / singles[top]:.0%} of best)")
     for w, per in results.items():                       # each proposer's token trees against its chains
         kinds = {m: parse_method(m, meta["k"]) for m in per}
         for method in sorted({meth for meth, _, tree in kinds.values() if tree}):
