@@ -109,9 +109,10 @@ def test_speculative_sampling_follows_the_exact_law(pair, method, T, top_k, top_
     assert p_value(sampled(pair, method, T, top_k, top_p), exact_law(pair[0], T, top_k, top_p)) > P_MIN
 
 
-@pytest.mark.parametrize("T", [0.7, 1.0, 1.3])
+@pytest.mark.parametrize("T", [0.7, 1.3])
 def test_tree_sampling_follows_the_exact_law(pair, T):
-    """The tree rule's engine path at the same N as the chains."""
+    """The tree rule's engine path at the same N as the chains, at a sharpened and a flattened
+    law (T = 1's trees run in test_auto_rounds_of_every_kind_sample_exactly; 14 s a case on Zen 3)."""
     assert p_value(sampled(pair, "draft", T, tree=4), exact_law(pair[0], T)) > P_MIN
 
 
