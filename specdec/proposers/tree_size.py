@@ -100,7 +100,6 @@ PROBE_ROWS = 4            # row-rounds a probe measures, its rounds run back to 
                           # one row's tokens vary from 1 to k + 1 a round, and at batch 1 a wait judged
                           # on one unlucky round left the chain out of most rounds; a batch of 16 rows
                           # averages them in one round, where a longer probe costs more than it learns
-
 RATE_DECAY = 0.95         # the rates' memory: about the last 20 rounds of the run. One round's tokens
                           # vary from 1 to k + 1 a row, so a shorter memory (0.8 measured) let a few
                           # unlucky chain rounds fall below plain steps at batch 1 and hand them the rounds
@@ -109,7 +108,6 @@ RATE_DECAY = 0.95         # the rates' memory: about the last 20 rounds of the r
 def probe_rounds(b: int) -> int:
     """Rounds of a probe at batch b: PROBE_ROWS row-rounds."""
     return max(1, math.ceil(PROBE_ROWS / b))
-
 
 
 class RoundRates:
