@@ -17,16 +17,20 @@ from .packages import PACKAGES
 from .presets import preset
 from .tokenizer import train_tokenizer
 from .trainer import TrainConfig, lm_loss, train
+from .unlikelihood import UL_WEIGHT
 
 DEFAULTS = {"target": dict(tokens=6_000_000, minutes=100, lr=1e-3),
             "eagle": dict(tokens=2_000_000, minutes=45, lr=1e-3),
             "draft": dict(tokens=12_000_000, minutes=30, lr=2e-3),
-            "distill": dict(tokens=3_000_000, minutes=20, lr=5e-4)}
+            "distill": dict(tokens=3_000_000, minutes=20, lr=5e-4),
+            "unlikelihood": dict(tokens=2_000_000, minutes=40, lr=3e-4)}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="train the tokenizer, target, draft, distilled draft or feature head")
-    p.add_argument("what", choices=["tokenizer", "target", "draft", "distill", "eagle"])
+    p = sub.add_parser("train", help="train the tokenizer, target, draft, distilled draft or feature head; "
+                       "fine-tune the target away from loops (unlikelihood)")
+    p.add_argument("what", choices=["tokenizer", "target", "draft", "distill", "eagle", "unlikelihood"],
+                   help="unlikelihood: fine-tune --init (default --target) away from greedy loops")
     p.add_argument("--out", type=Path, help="checkpoint directory (default models/<what>)")
     p.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer.json"))
     p.add_argument("--target", type=Path, default=Path("models/target"),
@@ -34,7 +38,8 @@ def add_parser(sub) -> None:
     p.add_argument("--mtp", type=Path, metavar="DIR",
                    help="eagle: also write the head as MTP layers into a copy of --target in DIR")
     p.add_argument("--init", type=Path, help="start from this checkpoint's weights (a warm start; for "
-                   "distill the student, default models/draft)")
+                   "distill the student, default models/draft; for eagle a head; for unlikelihood "
+                   "default --target)")
     p.add_argument("--corpus", choices=CORPORA, default="extended",
                    help="stdlib: the standard library's train split; extended (default): plus pinned "
                         "third-party packages downloaded into the cache (train/packages.py)")
@@ -47,6 +52,8 @@ def add_parser(sub) -> None:
                    help="cuda: bf16 autocast on the GPU (target and draft; tools/gpu_train.sh)")
     p.add_argument("--batch", type=int, default=TrainConfig.batch,
                    help="sequences of 256 tokens per step (default 8; a GPU takes 64 or more)")
+    p.add_argument("--ul-weight", type=float, default=UL_WEIGHT,
+                   help=f"unlikelihood: the loop loss's weight beside the next-token loss (default {UL_WEIGHT})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, help="resumable state folder (default: cache dir)")
     p.set_defaults(func=run)
@@ -102,6 +109,12 @@ def run(args) -> int:
         batch_fn = mixed_batches(batches, teacher, tok, seed=tc.seed)
         loss_fn = distill_loss(teacher)
         cfg = model.config
+    elif args.what == "unlikelihood":
+        from .unlikelihood import mle_and_unlikelihood
+        model = load_model(args.init or args.target, prepare=False, weights="float32")
+        model.train()
+        cfg = model.config
+        batch_fn, loss_fn = batches.get, mle_and_unlikelihood(weight=args.ul_weight)
     else:
         torch.manual_seed(tc.seed)
         cfg = preset(args.what)

@@ -7,7 +7,7 @@ import torch
 
 from ..errors import ConfigError
 from ..models.feature_head import FeatureHead, HeadConfig
-from ..models.head_loader import save_head, weights_sha256, write_mtp
+from ..models.head_loader import load_head, save_head, weights_sha256, write_mtp
 from ..models.loader import load_model
 from .eagle import DRAFT_VOCAB, TTT_STEPS, frequent_tokens, generations, head_batches, ttt_loss
 from .trainer import train
@@ -30,6 +30,9 @@ def train_head(args, tc, tok, batches, work, out) -> dict:
     head = FeatureHead(cfg)
     _init(head, target)
     head.draft_vocab.copy_(frequent_tokens(batches.stream.numpy(), cfg.draft_vocab_size, cfg.vocab_size))
+    if args.init is not None:                               # a warm start: a head of this shape, any target's
+        with torch.no_grad():
+            head.load_state_dict(load_head(args.init, target).state_dict())
     work.mkdir(parents=True, exist_ok=True)
     cached = work / "generations.pt"
     if cached.exists():
@@ -69,10 +72,11 @@ def _init(head: FeatureHead, target) -> None:
 
 
 def _card(cfg: HeadConfig, state: dict, args) -> str:
+    start = f", starting from the head in `{args.init}`" if args.init else ""
     return (f"# specdec feature head (EAGLE)\n\nOne decoder layer (d={cfg.hidden_size}, SwiGLU "
             f"{cfg.intermediate_size}) in DeepSeek-V3's MTP layout, drafting from the final hidden states of "
             f"`{args.target}` (weights SHA-256 {cfg.target_sha256[:16]}...), scoring its "
             f"{cfg.draft_vocab_size} most frequent tokens (FR-Spec). Trained by `specdec train eagle` with a "
             f"{TTT_STEPS}-step training-time test on {args.corpus} corpus windows and the target's own greedy and "
-            f"T = 1 generations.\n\n- tokens trained: {state['tokens']:,}\n- steps: {state['step']:,}\n"
+            f"T = 1 generations{start}.\n\n- tokens trained: {state['tokens']:,}\n- steps: {state['step']:,}\n"
             f"- wall time: {state['elapsed'] / 60:.1f} min\n- final train loss (EMA): {state['loss']:.3f}\n")

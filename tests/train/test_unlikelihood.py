@@ -1,0 +1,71 @@
+"""Unlikelihood fine-tuning: the loop mask, the greedy continuation, and that it unlearns loops."""
+import numpy as np
+import pytest
+import torch
+
+from specdec.analysis.repetition import repetition_fraction
+from specdec.train.data import Batches
+from specdec.train.trainer import TrainConfig, lm_loss, train
+from specdec.train.unlikelihood import greedy_continue, mle_and_unlikelihood, repeat_mask, unlikelihood_loss
+from specdec.models.llama import LlamaModel
+from tests.conftest import TOKENIZER, make_model, tiny_config
+
+
+def test_the_mask_marks_what_the_repetition_fraction_counts():
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randint(0, 5, (60,), generator=g),                       # small alphabet: chance repeats
+            torch.tensor([7, 8, 9] * 20),                                  # a loop of period 3
+            torch.arange(60)]                                              # no repeat at all
+    mask = repeat_mask(torch.stack(rows), n=4)
+    for row, m in zip(rows, mask):
+        assert m.float().mean().item() == pytest.approx(repetition_fraction(row.tolist(), 4))
+    assert mask[1, :6].tolist() == [False] * 6 and mask[1, 6:].all()       # the loop, from its second period
+    assert not mask[2].any()
+
+
+def test_greedy_continue_is_the_uncached_argmax():
+    model = make_model(seed=0, vocab=64, prepare=False)
+    prompts = torch.randint(2, 64, (3, 5), generator=torch.Generator().manual_seed(1))
+    cont = greedy_continue(model, prompts, 12)                            # (3, 12)
+    seq = prompts
+    with torch.no_grad():
+        for _ in range(12):
+            pos = torch.arange(seq.shape[1]).expand_as(seq)
+            seq = torch.cat([seq, model(seq, pos)[:, -1:].argmax(-1)], 1)
+    assert torch.equal(cont, seq[:, 5:])
+
+
+def test_no_loop_no_loss_and_a_loop_has_a_gradient():
+    model = make_model(seed=0, vocab=64, prepare=False).train()
+    prompts = torch.randint(2, 64, (4, 6), generator=torch.Generator().manual_seed(2))
+    loss = unlikelihood_loss(model, prompts, new_tokens=40, n=2)
+    assert loss.item() > 0 and loss.requires_grad                        # bigrams repeat in 40 tokens of 64
+    assert unlikelihood_loss(model, prompts, new_tokens=3, n=4).item() == 0.0   # too short to repeat a 4-gram
+
+
+def _loops(model, prompts, n):
+    return repeat_mask(greedy_continue(model.eval(), prompts, 32), n).float().mean().item()
+
+
+def test_unlikelihood_training_unlearns_greedy_loops_that_next_token_training_keeps(tmp_path):
+    """A model trained on a cycle of 8 tokens continues any part of it in a loop. From there,
+    30 more steps on the cycle with the next-token loss alone keep the loop; the same 30 steps
+    with the unlikelihood loss beside it break most of it."""
+    n, cycle = 3, np.tile(np.arange(2, 10, dtype=np.uint16), 2000)
+    batches = Batches(cycle, batch=4, seq_len=16, seed=0)
+    probe = torch.tensor(cycle[:8].astype(np.int64)).expand(4, 8)
+    torch.manual_seed(0)
+    looping = LlamaModel(tiny_config(vocab=64))
+    cfg = TrainConfig(tokens=4 * 16 * 40, minutes=5, lr=3e-3, warmup_steps=5, batch=4, seq_len=16, threads=1)
+    train(looping, cfg, batches.get, lm_loss, tmp_path / "start", tmp_path / "start-out", TOKENIZER)
+    before = _loops(looping, probe, n)
+    assert before > 0.5, before
+    more = TrainConfig(**{**cfg.__dict__, "tokens": 4 * 16 * 30})
+    after = {}
+    for name, loss_fn in {"mle": lm_loss, "ul": mle_and_unlikelihood(prompt_len=8, new_tokens=32, weight=1.0,
+                                                                     n=n)}.items():
+        model = LlamaModel(tiny_config(vocab=64))
+        model.load_state_dict(looping.state_dict())
+        train(model, more, batches.get, loss_fn, tmp_path / name, tmp_path / f"{name}-out", TOKENIZER)
+        after[name] = _loops(model, probe, n)
+    assert after["mle"] > 0.8 * before and after["ul"] < 0.5 * before, (before, after)
