@@ -47,10 +47,19 @@ def _loops(model, prompts, n):
     return repeat_mask(greedy_continue(model.eval(), prompts, 32), n).float().mean().item()
 
 
+def test_the_trainer_loss_is_the_sum_of_the_two():
+    model = make_model(seed=0, vocab=64, prepare=False).train()
+    x = torch.randint(2, 64, (2, 12), generator=torch.Generator().manual_seed(5))
+    y = torch.randint(2, 64, (2, 12), generator=torch.Generator().manual_seed(6))
+    both = mle_and_unlikelihood(prompt_len=6, new_tokens=30, weight=0.5, n=2)(model, x, y)
+    parts = lm_loss(model, x, y) + 0.5 * unlikelihood_loss(model, x[:, :6], 30, n=2)
+    assert both.item() == pytest.approx(parts.item(), rel=1e-6)
+
+
 def test_unlikelihood_training_unlearns_greedy_loops_that_next_token_training_keeps(tmp_path):
-    """A model trained on a cycle of 8 tokens continues any part of it in a loop. From there,
-    30 more steps on the cycle with the next-token loss alone keep the loop; the same 30 steps
-    with the unlikelihood loss beside it break most of it."""
+    """A model trained on a cycle of 8 tokens continues any part of it in a loop. From there, 60
+    steps of the next-token loss on the cycle keep the loop; 60 steps of the unlikelihood loss of
+    its own continuations break most of it."""
     n, cycle = 3, np.tile(np.arange(2, 10, dtype=np.uint16), 2000)
     batches = Batches(cycle, batch=4, seq_len=16, seed=0)
     probe = torch.tensor(cycle[:8].astype(np.int64)).expand(4, 8)
@@ -60,10 +69,10 @@ def test_unlikelihood_training_unlearns_greedy_loops_that_next_token_training_ke
     train(looping, cfg, batches.get, lm_loss, tmp_path / "start", tmp_path / "start-out", TOKENIZER)
     before = _loops(looping, probe, n)
     assert before > 0.5, before
-    more = TrainConfig(**{**cfg.__dict__, "tokens": 4 * 16 * 30})
+    more = TrainConfig(**{**cfg.__dict__, "tokens": 4 * 16 * 60})
     after = {}
-    for name, loss_fn in {"mle": lm_loss, "ul": mle_and_unlikelihood(prompt_len=8, new_tokens=32, weight=1.0,
-                                                                     n=n)}.items():
+    for name, loss_fn in {"mle": lm_loss,
+                          "ul": lambda m, x, y: unlikelihood_loss(m, x[:, :8], 32, n=n)}.items():
         model = LlamaModel(tiny_config(vocab=64))
         model.load_state_dict(looping.state_dict())
         train(model, more, batches.get, loss_fn, tmp_path / name, tmp_path / f"{name}-out", TOKENIZER)
