@@ -9,7 +9,9 @@ Generation with Unlikelihood Training", section 4.2). Each step:
 2. the current model continues each row's first `PROMPT` tokens greedily for `NEW` tokens;
 3. every generated token that completes an n-gram already generated earlier in the same
    continuation gets the unlikelihood loss -log(1 - p(token)), pushing its probability down
-   at exactly the places where the model loops.
+   at exactly the places where the model loops. log(1 - p) is computed from the logits as the
+   log-sum-exp of every other token's, so a loop the model is sure of (p -> 1) still has a
+   gradient, where 1 - p clamped away from 0 would have none.
 
 The loss changes the model, not the decoder: greedy decoding stays argmax, and speculation
 stays lossless against the tuned model.
@@ -17,7 +19,6 @@ stays lossless against the tuned model.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .trainer import lm_loss
 
@@ -29,7 +30,6 @@ NEW = 128
 # the next-token term, and held-out code perplexity rose 17% in 40 minutes; at 0.25 the two
 # gradients are of one size
 UL_WEIGHT = 0.25
-MIN_ONE_MINUS_P = 1e-5   # -log(1 - p) for p -> 1 would be infinite; clamp as the paper's code does
 
 
 def repeat_mask(ids: torch.Tensor, n: int = NGRAM) -> torch.Tensor:
@@ -76,9 +76,10 @@ def unlikelihood_loss(model, prompts: torch.Tensor, new_tokens: int = NEW, n: in
     seq = torch.cat([prompts, cont], 1)                                      # (B, P + N)
     pos = torch.arange(seq.shape[1], device=seq.device).expand_as(seq)
     logits = model(seq[:, :-1], pos[:, :-1])[:, prompts.shape[1] - 1:]       # (B, N, V): predicts cont
-    p = F.softmax(logits.float(), -1).gather(-1, cont[..., None])[..., 0]    # (B, N)
-    one_minus = (1 - p).clamp_min(MIN_ONE_MINUS_P)
-    return -(one_minus.log() * mask).sum() / mask.numel()
+    logits = logits.float()
+    others = logits.scatter(-1, cont[..., None], float("-inf"))              # (B, N, V): all but the token
+    log_one_minus_p = others.logsumexp(-1) - logits.logsumexp(-1)            # (B, N): log(1 - p), exact
+    return -(log_one_minus_p * mask).sum() / mask.numel()
 
 
 def mle_and_unlikelihood(prompt_len: int = PROMPT, new_tokens: int = NEW, weight: float = UL_WEIGHT,
