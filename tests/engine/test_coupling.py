@@ -32,17 +32,18 @@ def _decode(target, draft, spec, prompts, params, max_batch, order=None):
     return out, eng.metrics
 
 
+N_PROMPTS = 30   # 30 prompts x 12 tokens x 5 configs: every config meets rejections and bonuses
 CONFIGS = [("draft", 1, 1), ("draft", 3, 8), ("draft", 8, 8), ("draft", "auto", 8), ("ngram", 3, 8)]
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [(0.7, 0, 1.0), (1.0, 20, 1.0), (1.3, 0, 0.9)])
 def test_every_proposer_k_and_batch_emits_the_plain_text(tiny_target, temperature, top_k, top_p):
     draft = perturbed(tiny_target, 0.02)               # close enough to be accepted often
-    prompts = random_prompts(50, seed=5, lo=2, hi=20)
+    prompts = random_prompts(N_PROMPTS, seed=5, lo=2, hi=20)
     params = [SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=1000 + i,
-                             max_new_tokens=12, ignore_eos=True, coupling="invariant") for i in range(50)]
+                             max_new_tokens=12, ignore_eos=True, coupling="invariant") for i in range(N_PROMPTS)]
     plain, _ = _decode(tiny_target, None, SpecConfig(method="none", k=0), prompts, params, max_batch=1)
-    shuffled = list(torch.randperm(50, generator=torch.Generator().manual_seed(0)).tolist())
+    shuffled = list(torch.randperm(N_PROMPTS, generator=torch.Generator().manual_seed(0)).tolist())
     for method, k, b in CONFIGS:
         out, m = _decode(tiny_target, draft, SpecConfig(method=method, k=k), prompts, params, b,
                          order=shuffled if b > 1 else None)

@@ -26,7 +26,7 @@ def test_greedy_identity_200_prompts(tiny_target, k):
 
 @pytest.mark.parametrize("k,tree,max_batch", [(2, 4, 1), (4, 16, 4), (6, 30, 16)])
 def test_greedy_identity_200_prompts_with_trees(tiny_target, k, tree, max_batch):
-    prompts = random_prompts(200 if max_batch < 16 else 96, seed=10 + k)   # batch 16: a shorter run
+    prompts = random_prompts(120 if max_batch < 16 else 64, seed=10 + k)   # batch 16: a shorter run
     params = SamplingParams(max_new_tokens=24, ignore_eos=True)
     draft = perturbed(tiny_target, 0.05, seed=k)   # wrong first guesses: branches other than the first win
     plain, _ = _generate(tiny_target, SpecConfig(method="none", k=0), prompts, params, max_batch=16)
