@@ -6,7 +6,8 @@ made yields no token either); sampled rounds count beta_j successes and 1 - beta
 each position reached instead (beta_j: the draft's acceptance probability; the same expectation
 without the coin's noise). P(A >= i) = prod_{j<=i} E[a_j]. A proposer's prior mean at j is
 E[a_{j-1}] (PRIOR_MEAN at j = 1), so undrafted positions inherit the nearest evidence; a request
-starts from its proposer's means. A proposer keeps counts per verification mode (greedy, or the
+starts from its proposer's means and keeps its own counts per proposer (`auto` switches arms
+within a request; one arm's record says nothing of another's). A proposer keeps counts per verification mode (greedy, or the
 coupling: invariant accepts less than standard), each from its own rows. Counts decay every round
 (a mode's when its rows run), so after k = 0 a request relaxes toward its proposer and the
 proposer toward the prior. Rounds are queued and folded in at the next read, alike runs at once.
@@ -28,7 +29,7 @@ PROPOSER_DECAY = 0.98   # per round of its mode, drafted or not: ~50 rounds of e
 class AcceptanceTracker:
     def __init__(self, k_max: int):
         self.k_max = k_max
-        self.rows = np.zeros((0, 2, k_max))         # (R, 2, k_max) decayed successes, failures per position
+        self.row_counts: dict = {}                  # proposer key -> (R, 2, k_max) decayed successes, failures
         self.rows_mode: list[str] = []              # each row's SamplingParams.verification, set by start
         self.keys: dict = {}                        # (proposer key, mode) -> (2, k_max) successes, failures
         self._pos = np.arange(k_max + 1)            # draft positions 0..k_max
@@ -36,13 +37,27 @@ class AcceptanceTracker:
 
     def start(self, row: int, mode: str) -> None:
         self.flush()
-        self.rows = np.concatenate([self.rows, np.zeros((max(0, row + 1 - len(self.rows)), 2, self.k_max))])
         self.rows_mode += [mode] * (row + 1 - len(self.rows_mode))
-        self.rows[row], self.rows_mode[row] = 0.0, mode
+        self.rows_mode[row] = mode
+        for counts in self.row_counts.values():
+            if row < len(counts):
+                counts[row] = 0.0
 
     def move_row(self, src: int, dst: int) -> None:
         self.flush()
-        self.rows[dst], self.rows_mode[dst] = self.rows[src], self.rows_mode[src]
+        self.rows_mode[dst] = self.rows_mode[src]
+        for key in self.row_counts:
+            counts = self.rows_of(key, max(src, dst) + 1)
+            counts[dst] = counts[src]
+
+    def rows_of(self, key, n: int = 0) -> np.ndarray:
+        """(R >= n, 2, k_max) the requests' own decayed successes and failures with proposer `key`."""
+        counts = self.row_counts.get(key, np.zeros((0, 2, self.k_max)))
+        if len(counts) < n:
+            counts = np.concatenate([counts, np.zeros((n - len(counts), 2, self.k_max))])
+        if key in self.row_counts or n:
+            self.row_counts[key] = counts
+        return counts
 
     def proposer_means(self, key, mode: str) -> np.ndarray:
         """(k_max,) E[a_j] at the proposer level, for rows verified in `mode`."""
@@ -56,7 +71,8 @@ class AcceptanceTracker:
 
     def row_means(self, key, n: int) -> np.ndarray:
         """(n, k_max) E[a_j] for rows [0, n), each from its own mode's proposer means."""
-        modes, s, f = self.rows_mode[:n], self.rows[:n, 0], self.rows[:n, 1]
+        counts = self.rows_of(key, n)
+        modes, s, f = self.rows_mode[:n], counts[:n, 0], counts[:n, 1]
         means = {md: self.proposer_means(key, md) for md in set(modes)}
         prior = (next(iter(means.values()))[None] if len(means) == 1                # one mode: (1, k_max)
                  else np.array([means[md] for md in modes]).reshape(n, self.k_max))
@@ -101,7 +117,8 @@ class AcceptanceTracker:
         stats = {md: self.keys.setdefault((key, md), np.zeros((2, K))) for md in set(modes)}  # (s, f) each
         for g in stats.values():
             g *= PROPOSER_DECAY ** R
-        self.rows[:B] *= ROW_DECAY ** (R if k else 2 * R)                        # plain rounds: squared
+        for counts in self.row_counts.values():          # a request's record ages with its rounds, any arm's
+            counts[:B] *= ROW_DECAY ** (R if k else 2 * R)                       # plain rounds: squared
         if k == 0:                                                               # no evidence: relax
             return
         made, m = (np.array([r[i] for r in rounds])[..., None] for i in (2, 3))   # (R, B, 1) each
@@ -115,6 +132,6 @@ class AcceptanceTracker:
         hit = np.where(seen, hit, 0.0)
         both = np.stack([hit, seen - hit])                                       # (2, R, B, K)
         w_row, w_key = (d ** np.arange(R - 1, -1, -1.0) for d in (ROW_DECAY, PROPOSER_DECAY))  # the rounds after
-        self.rows[:B] += np.einsum("r,xrbk->bxk", w_row, both)
+        self.rows_of(key, B)[:B] += np.einsum("r,xrbk->bxk", w_row, both)
         for md, g in stats.items():                                              # a mode counts its rows
             g += np.einsum("r,xrbk->xk", w_key, both[:, :, [x == md for x in modes]])

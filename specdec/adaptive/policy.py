@@ -10,7 +10,8 @@ each row's remaining tokens. A draining batch (nobody waits for a row) minimises
 finish time instead (drain.py). From k = 0, every k > 0 carries the draft model's catch-up,
 min(n, RECHECK) * t_draft(b) / RECHECK seconds after n plain rounds (a draining batch: all of
 it). At an unchanged batch size k is re-evaluated every RECHECK rounds; at once when the batch
-changes, a row has no more than k tokens left, or k has just changed. One k serves the whole
+changes or proposes as another arm (`auto`), a row has no more than k tokens left, or k has
+just changed. One k serves the whole
 batch: verification is a dense (b, k + 1) block, so `row_caps()` is None. docs/adaptive.md.
 """
 from __future__ import annotations
@@ -55,6 +56,7 @@ class AdaptiveK(KPolicy):
         self.acc = AcceptanceTracker(max(self.k_max, 1))
         self._k = self._idle = 0                  # the last round's k; plain rounds since drafting
         self._since, self._eval_b = RECHECK, 0    # rounds since the last evaluation, and its batch size
+        self._eval_key = None                     # and the proposer's cost key then
         self.last_choice: dict = {}               # for inspection: tokens, times, scores by k
         self._tables: dict = {}                   # (b, key, sampled) -> round costs at sizes 1..b
 
@@ -68,10 +70,12 @@ class AdaptiveK(KPolicy):
         if self.k_max == 0 or b == 0:
             return 0
         left = [s.params.max_new_tokens - s.num_output for s in batch]
-        if self._since < RECHECK and b == self._eval_b and (self._k == 0 or min(left) > self._k):
+        key = self.proposer.cost_key()                # auto: the arm most rows play this round
+        if (self._since < RECHECK and b == self._eval_b and key == self._eval_key
+                and (self._k == 0 or min(left) > self._k)):
             return self._k                                             # between evaluations
-        self._since, self._eval_b = 0, b
-        key, sampling = self.proposer.cost_key(), getattr(batch, "sampling", None)   # a list: greedy
+        self._since, self._eval_b, self._eval_key = 0, b, key
+        sampling = getattr(batch, "sampling", None)                    # a list: greedy
         sampled = sampling is not None and not sampling.all_greedy
         L, remaining = max(len(s.token_ids) for s in batch), [max(1, r) for r in left]
         times = self.step_times(b, L, key, sampled)

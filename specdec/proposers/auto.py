@@ -1,14 +1,16 @@
 """`auto`: choose a proposer per request, online, by measured goodput.
 
-Arms: every available sub-proposer (draft when a draft model was given, ngram, suffix,
-layerskip) plus `none` (plain decoding). Each round, every running request (batch row)
-picks one arm; the arms picked by at least one row propose for the whole batch and each
-row keeps its own arm's tokens. After verification, the row's reward is its goodput:
+Arms: DEFAULT_ARMS that are available (draft when a draft model was given, ngram, suffix), or
+those named by `auto_arms` (also eagle or mtp with a head, layerskip, none). Each round, every
+running request (batch row) picks one arm; the arms picked by at least one row propose for the
+whole batch and each row keeps its own arm's tokens. After verification, the row's reward is
+its goodput:
 
     tokens emitted this round (accepted drafts + the recovered/bonus token) / round time,
 
-where the round time runs from this proposer's `propose` to its `rollback` (drafting,
-the target's verify forward and verification). The rule is discounted UCB (Garivier &
+where the round time runs from `plan` to `rollback` (drafting, the target's verify forward and
+verification). The k policy picks k for the arm most rows play; where it picks 0, the round is
+a plain one and counts as the planned arms' play (their goodput as the policy runs them). The rule is discounted UCB (Garivier &
 Moulines, 2011) on a ratio estimator, per row:
 
     every round:   N_a <- g N_a,  S_a <- g S_a,  T_a <- g T_a          (all arms, g = gamma)
@@ -42,7 +44,13 @@ from ..errors import ConfigError
 from ..costs.key import CostKey
 from .base import Draft, NoProposer, Proposer, create, register
 
-DEFAULT_ARMS = ("draft", "ngram", "suffix", "layerskip", "none")
+# The arms when `auto_arms` names none. No `none`: the k policy already picks plain rounds (k = 0)
+# for any arm when drafting does not pay, and a plain arm beside it only adds exploration; no
+# `layerskip`: on the bundled target its rounds cost more than its drafts bring, so the policy
+# runs it at k = 0, plain again. Over 4 workloads x (greedy, T = 1), 2 x 96 tokens, auto over these
+# three reached 78-104% of the best single proposer, over all five 64-82%
+# (benchmarks/results/auto-2026-12-07).
+DEFAULT_ARMS = ("draft", "ngram", "suffix")
 
 
 class _Stats:
@@ -157,8 +165,12 @@ class AutoProposer(Proposer):
 
     # ---- proposing ---------------------------------------------------------------------------
     def plan(self, batch):
-        """Pick each row's arm for this round (before the policy picks k)."""
+        """Pick each row's arm for this round (before the policy picks k). The round counts as
+        these arms' play even if the policy then picks k = 0 for the arm most rows play and
+        nothing is proposed: its goodput as the policy runs it is plain decoding's, and a bandit
+        that learnt nothing from such rounds would pick that arm again forever."""
         self.planned = [self.choose(self._stats(b)) for b in range(len(batch))]
+        self.chosen, self.used, self.t0 = self.planned, [], self.clock()
 
     def cost_key(self):
         """The cost of this round is that of the arm most rows play (see plan)."""
@@ -171,26 +183,27 @@ class AutoProposer(Proposer):
     def propose(self, context, k):
         B = len(context)
         planned = getattr(self, "planned", None)
-        chosen = planned if planned is not None and len(planned) == B else \
-            [self.choose(self._stats(b)) for b in range(B)]
-        self.t0 = self.clock()
+        if planned is None or len(planned) != B:          # called without plan (a test, a warm-up)
+            self.planned = planned = [self.choose(self._stats(b)) for b in range(B)]
+            self.t0 = self.clock()
+        chosen = planned
         used = sorted(set(chosen))
         drafts = {i: self.arms[i].propose(context, k) for i in used}
         self.chosen, self.used = chosen, used
-        self.history.append(chosen)
-        if len(self.history) > self.history_cap:              # bounded memory in a long-lived server
-            del self.history[: self.history_cap // 2]
         return merge([drafts[i] for i in chosen], list(drafts.values()))
 
     def rollback(self, num_accepted):
-        if self.chosen is None:              # the engine skipped proposing this round
+        if self.chosen is None:              # neither planned nor proposed: nothing to learn
             return
         dt = max(self.clock() - self.t0, 1e-9)
         for i in self.used:
             self.arms[i].rollback([n if c == i else 0 for n, c in zip(num_accepted, self.chosen)])
         for b, (n, arm) in enumerate(zip(num_accepted, self.chosen)):
             self.update(self._stats(b), arm, n + 1, dt)
-        self.chosen = None
+        self.history.append(self.chosen)
+        if len(self.history) > self.history_cap:              # bounded memory in a long-lived server
+            del self.history[: self.history_cap // 2]
+        self.chosen, self.planned = None, None
 
     def share(self) -> dict[str, float]:
         """Fraction of row-rounds each arm was chosen in (over the recorded history)."""

@@ -39,8 +39,8 @@ def test_counts_of_one_round_exactly():
     acc = _tracker(4, 2)
     acc.record("x", [4, 1], [2, 1], 4)
     acc.flush()
-    assert np.allclose(acc.rows[:, 0], [[1, 1, 0, 0], [1, 0, 0, 0]])    # successes
-    assert np.allclose(acc.rows[:, 1], [[0, 0, 1, 0], [0, 1, 0, 0]])    # failures
+    assert np.allclose(acc.rows_of("x")[:, 0], [[1, 1, 0, 0], [1, 0, 0, 0]])    # successes
+    assert np.allclose(acc.rows_of("x")[:, 1], [[0, 0, 1, 0], [0, 1, 0, 0]])    # failures
     s, f = acc.keys[("x", "standard")]
     assert np.allclose(s, [2, 1, 0, 0]) and np.allclose(f, [0, 1, 1, 0])
     # the proposer's means chain from PRIOR_MEAN: m_1 = (2 * 0.8 + 2) / 4, m_2 = (2 m_1 + 1) / 4, ..
@@ -68,10 +68,10 @@ def test_acceptance_probabilities_replace_noisy_outcomes():
     acc.flush()
     s, f = acc.keys[("y", "standard")]
     assert np.allclose(s, [0.9, 0, 0, 0]) and np.allclose(f, [0.1, 1, 0, 0])
-    assert np.allclose(acc.rows[0], [s, f])
+    assert np.allclose(acc.rows_of("y")[0], [s, f])
     acc.record("y", [1], [0], 4, accept_prob=[[0.5]])                       # older evidence decays
     acc.flush()
-    assert np.allclose(acc.rows[0, 0], [0.9 * acceptance.ROW_DECAY + 0.5, 0, 0, 0])
+    assert np.allclose(acc.rows_of("y")[0, 0], [0.9 * acceptance.ROW_DECAY + 0.5, 0, 0, 0])
     assert np.allclose(acc.keys[("y", "standard")][0], [0.9 * acceptance.PROPOSER_DECAY + 0.5, 0, 0, 0])
 
 
@@ -81,7 +81,7 @@ def test_plain_rounds_relax_requests_fast_and_proposers_slowly():
     for _ in range(3):
         acc.record("x", [0], [0], 0)
     acc.flush()
-    assert acc.rows[0, 1, 0] == pytest.approx(acceptance.ROW_DECAY ** 6)    # squared per plain round
+    assert acc.rows_of("x")[0, 1, 0] == pytest.approx(acceptance.ROW_DECAY ** 6)    # squared per plain round
     assert acc.keys[("x", "standard")][1][0] == pytest.approx(acceptance.PROPOSER_DECAY ** 3)
 
 
@@ -119,3 +119,16 @@ def test_row_tokens_mean_and_variance_of_a_round():
     assert var[0, 0] == 0.0 and mean[0, 0] == 1.0
     # row 1 has 2 tokens left: from k = 1 on it is capped, so longer drafts add nothing
     assert mean[1, 3] == pytest.approx(mean[1, 1]) and var[1, 3] == pytest.approx(var[1, 1])
+
+
+def test_a_requests_record_is_kept_per_proposer():
+    """One request, two proposers (auto's arms): one's acceptances leave the other's estimate
+    for that request at its proposer's means."""
+    acc = _tracker(4, 1)
+    for _ in range(20):
+        acc.record("x", [4], [4], 4)
+    assert acc.row_means("x", 1)[0, 0] > 0.9
+    assert acc.row_means("y", 1)[0] == pytest.approx(acc.proposer_means("y", "standard"))
+    for _ in range(20):
+        acc.record("y", [4], [0], 4)
+    assert acc.row_means("y", 1)[0, 0] < 0.2 and acc.row_means("x", 1)[0, 0] > 0.5

@@ -117,3 +117,27 @@ def test_resuming_after_plain_rounds_carries_the_draft_models_catch_up():
     assert pol._idle == 2
     observe(pol, batch, 1, [1] * 4, [0] * 4, 0.01)
     assert pol._idle == 0
+
+
+def test_a_round_drafted_by_another_proposer_is_evaluated_at_once():
+    """auto switches arms between rounds: k is re-chosen for the arm now drafting, from that
+    arm's own record, not kept from the last arm's evaluation for RECHECK rounds."""
+    from tests.adaptive.fakes import FakeDraft, FakeNgram
+    draft, ngram = FakeDraft(), FakeNgram()
+
+    class Switch(FakeDraft):
+        arm = ngram
+
+        def cost_key(self):
+            return self.arm.cost_key()
+
+    pol, batch = make_policy(MEMORY_BOUND, proposer=Switch())
+    assert run(pol, batch, lambda k: 0, 30)[-1] == 0          # ngram: nothing accepted, plain
+    Switch.arm = draft
+    ks = run(pol, batch, lambda k: k, 30)
+    assert ks[0] > 0 and ks[-1] >= K_MAX - 1                  # the draft: everything accepted
+    keys = []
+    inner = pol.acc.expected_tokens
+    pol.acc.expected_tokens = lambda key, *a: keys.append(key) or inner(key, *a)
+    Switch.arm = ngram
+    assert pol.choose(batch) < K_MAX - 1 and keys == [ngram.cost_key()]   # at once, from ngram's record

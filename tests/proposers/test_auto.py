@@ -111,10 +111,26 @@ def test_rollback_without_propose_is_ignored():
     assert all(not a.observed for a in arms)
 
 
+def test_a_planned_round_without_drafts_counts_as_the_arms_play():
+    """The policy may pick k = 0 for the planned arm: the engine then never calls propose, and
+    the plain round it runs is that arm's play (a bandit learning nothing from it would plan
+    the same arm forever)."""
+    clock = Clock()
+    auto, arms = make(clock, SPECS)
+    auto.plan([object()])
+    first = auto.planned[0]
+    clock.t += 0.004                                     # a plain round
+    auto.rollback([0])
+    assert auto.rows[0].n[first] == 1.0 and auto.rows[0].tok[first] == 1.0
+    assert auto.history == [[first]] and all(not a.observed for a in arms)   # no arm drafted
+    auto.plan([object()])
+    assert auto.planned[0] != first                      # on to an arm not tried yet
+
+
 def test_factory_builds_available_arms(tiny_target, tiny_draft):
     spec = SpecConfig(method="auto", k=4, options={"layerskip_layers": 1})
     with_draft = create("auto", tiny_target, spec, draft_model=tiny_draft, rows=2, max_len=128)
-    assert with_draft.names == ["draft", "ngram", "suffix", "layerskip", "none"]
+    assert with_draft.names == ["draft", "ngram", "suffix"]
     without = create("auto", tiny_target, spec, rows=2, max_len=128)
     assert "draft" not in without.names
     some = create("auto", tiny_target, SpecConfig(method="auto", k=4, options={"auto_arms": "ngram,none"}))
