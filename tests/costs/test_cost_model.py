@@ -142,6 +142,7 @@ def test_table_measured_under_contention_is_remeasured_when_quiet(cache, tiny_ta
     assert calls and not cost_table(quiet)["contended"]
 
 
+@pytest.mark.quiet
 def test_only_other_processes_mark_a_timing_window_contended():
     """Our own two busy threads over a window (which drive the 1-minute load average to about
     2 on a 2-core machine: the former rule's contention) do not mark it contended; a spawned
