@@ -6,7 +6,7 @@
 - t(5)/t(1) of the target and the draft cost ratio c = t_draft(1 token) / t_target(1 token), batch 1;
 - acceptance at k = 4 (vLLM's rate, mean acceptance length, acceptance by position), greedy and
   temperature 1, on held-out code and prose, for each draft and the EAGLE head, with the
-  repetition fraction of the outputs (analysis/repetition.py) beside each row;
+  repetition fraction of the outputs (specdec/repetition.py) beside each row;
 - the target's own quality: greedy and T = 0.8 repetition over 20 held-out prompts, and samples
   (benchmarks/model_quality.py);
 - tokens/s of speculative decoding (each draft, k = 4 and adaptive k) against plain decoding on
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.analysis.repetition import mean_repetition
+from specdec.repetition import mean_repetition
 from specdec.analysis.workloads import load_workload
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.defaults import MODELS_DIR

@@ -2,7 +2,7 @@
 
 - held-out perplexity on code (the standard library's held-out files, first 64k tokens) and
   on prose (`pydoc_data/topics.py`), as benchmarks/model_card.py measures it;
-- the repetition fraction (analysis/repetition.py: the share of generated tokens that repeat
+- the repetition fraction (specdec/repetition.py: the share of generated tokens that repeat
   an earlier 8-gram of the same output) of 128 new tokens after each of 20 held-out code
   prompts, greedy and at T = 0.8 (median over prompts, and the token-weighted mean);
 - for several checkpoints at once, each on the same prompts and seeds;
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.analysis.repetition import mean_repetition, repetition_fraction
+from specdec.repetition import mean_repetition, repetition_fraction
 from specdec.analysis.workloads import load_workload
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig

@@ -10,7 +10,7 @@ method (none = plain, draft, ngram, suffix, layerskip, eagle, auto; a method may
 `auto:draft+eagle+none` is auto over those arms instead of its default ones) it decodes the same prompts
 with the bundled models and records acceptance rate, mean acceptance length, tokens/s
 (output tokens / wall time of the whole generate call, prefill included), the speed-up
-over plain and the repetition fraction of the output (analysis/repetition.py). Greedy and
+over plain and the repetition fraction of the output (specdec/repetition.py). Greedy and
 invariant rows must equal plain token for token; standard sampled rows equal it only in
 distribution. After one untimed warm-up per method, methods run in alternating order per repeat (forward, then
 reversed) with a fresh engine each time; figures are medians over repeats, the speed-up
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.analysis.repetition import FLAG, NGRAM, mean_repetition
+from specdec.repetition import FLAG, NGRAM, mean_repetition
 from specdec.analysis.workloads import WORKLOADS, load_workload
 from specdec.costs.cache import _cpu_name
 from specdec.commands.common import _k

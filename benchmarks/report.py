@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from specdec.analysis.repetition import FLAG, mean_repetition
+from specdec.repetition import FLAG, mean_repetition
 
 
 def median(xs) -> float | None:
@@ -56,7 +56,7 @@ def _fmt(x, nd=1) -> str:
 
 def markdown_table(rows: list[dict], workloads: list[str], modes: list[str]) -> str:
     """One line per peer row; for each (mode, workload): tok/s, × specdec plain and the
-    repetition fraction (* above analysis.repetition.FLAG: the cell measures a loop).
+    repetition fraction (* above specdec.repetition.FLAG: the cell measures a loop).
     A row is {'name', 'group', 'setting', 'skip', 'cells': {f'{mode}/{wl}': summary},
     'identity': {wl: str}}."""
     cols = [f"{m}/{w}" for m in modes for w in workloads]

@@ -23,7 +23,7 @@ BEGIN, END = "<!-- import-graph:begin -->", "<!-- import-graph:end -->"
 
 # Lower tiers know nothing of higher ones. Units on one tier never import each other.
 TIERS = {
-    "errors": 0, "defaults": 0, "cpu_load": 0,
+    "errors": 0, "defaults": 0, "cpu_load": 0, "repetition": 0,
     "config": 1, "batch": 1, "corpus": 1,
     "models": 2, "verify": 2,
     "costs": 3,

@@ -32,7 +32,7 @@ from .couplings import COUPLED_GROUPS, coupled_pass, coupling_entry, round_lengt
 from .extend import extend_wide
 from .interval import bootstrap, half_width, stretches
 from .predict import fit_alpha
-from .repetition import repetition_fraction
+from ..repetition import repetition_fraction
 from .compare import VS, compare_specs
 from .trees import TREE, TreeSide, tree_specs
 

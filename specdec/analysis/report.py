@@ -14,7 +14,7 @@ from pathlib import Path
 from .couplings import coupling_blocks
 from .plots import all_plots
 from .render import to_html, to_markdown
-from .repetition import FLAG, NGRAM
+from ..repetition import FLAG, NGRAM
 from .samples import sample_blocks
 from .summarize import measured
 from .compare import compare_blocks

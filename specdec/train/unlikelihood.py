@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from ..repetition import NGRAM, repeated_positions
 from .trainer import lm_loss
 
-NGRAM = 8      # the loop definition of analysis/repetition.py: a repeated 8-gram of code tokens
 PROMPT = 128   # the model card's held-out prompts are 128 tokens, its continuations 128 new ones
 NEW = 128
 # Welleck et al. weigh the two losses equally (alpha = 1). On the bundled target the loop loss's
@@ -34,16 +34,8 @@ UL_WEIGHT = 0.25
 
 def repeat_mask(ids: torch.Tensor, n: int = NGRAM) -> torch.Tensor:
     """ids (B, T) int64 -> (B, T) bool: True where the token completes an n-gram that already
-    occurred earlier in the same row (analysis/repetition.py's count, position by position)."""
-    B, T = ids.shape
-    mask = torch.zeros(B, T, dtype=torch.bool)
-    for b, row in enumerate(ids.tolist()):
-        seen: set[tuple[int, ...]] = set()
-        for i in range(n - 1, T):
-            gram = tuple(row[i - n + 1:i + 1])
-            mask[b, i] = gram in seen
-            seen.add(gram)
-    return mask
+    occurred earlier in the same row (the repetition fraction's count, position by position)."""
+    return torch.tensor([repeated_positions(row, n) for row in ids.tolist()], dtype=torch.bool).reshape(ids.shape)
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-from specdec.analysis.repetition import mean_repetition, repetition_fraction
+from specdec.repetition import mean_repetition, repetition_fraction
 
 
 def test_fresh_text_has_no_repetition():

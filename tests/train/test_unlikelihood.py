@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from specdec.analysis.repetition import repetition_fraction
+from specdec.repetition import repetition_fraction
 from specdec.train.data import Batches
 from specdec.train.trainer import TrainConfig, lm_loss, train
 from specdec.train.unlikelihood import greedy_continue, mle_and_unlikelihood, repeat_mask, unlikelihood_loss

@@ -13,19 +13,22 @@ NGRAM = 8      # an 8-gram of code tokens repeated verbatim is a loop, not an id
 FLAG = 0.5     # above this, most of the output is a copy of itself
 
 
+def repeated_positions(ids: Sequence[int], n: int = NGRAM) -> list[bool]:
+    """Per token of `ids`: whether it completes an n-gram already seen earlier in `ids` (the
+    first n - 1 tokens complete none). Unlikelihood training penalises exactly these tokens."""
+    seen: set[tuple[int, ...]] = set()
+    out = [False] * len(ids)
+    for i in range(n - 1, len(ids)):
+        gram = tuple(ids[i - n + 1:i + 1])
+        out[i] = gram in seen
+        seen.add(gram)
+    return out
+
+
 def repetition_fraction(ids: Sequence[int], n: int = NGRAM) -> float:
     """The fraction of `ids` whose token completes an n-gram already seen earlier in `ids`
     (tokens before the first complete n-gram count as new). 0.0 for an empty output."""
-    if not ids:
-        return 0.0
-    seen: set[tuple[int, ...]] = set()
-    repeated = 0
-    for i in range(n - 1, len(ids)):
-        gram = tuple(ids[i - n + 1:i + 1])
-        if gram in seen:
-            repeated += 1
-        seen.add(gram)
-    return repeated / len(ids)
+    return sum(repeated_positions(ids, n)) / len(ids) if len(ids) else 0.0
 
 
 def mean_repetition(outputs: Sequence[Sequence[int]], n: int = NGRAM) -> float:
