@@ -23,14 +23,19 @@ class SpecdecRunner:
         from specdec.config import EngineConfig
         from specdec.build import make_engine
         self.name, self.setting, self.threads, self.spec = name, setting, threads, spec
+        self.build = lambda: make_engine(models, spec, EngineConfig(max_batch=1, max_model_len=max_len))
         try:
-            self.engine = make_engine(models, spec, EngineConfig(max_batch=1, max_model_len=max_len))
+            self.engine = self.build()
         except Exception as e:  # noqa: BLE001 - any failure to build the row is a clear skip
             raise Skip(f"{type(e).__name__}: {e}") from e
 
     def run(self, prompt_ids, greedy: bool, seed: int, n: int) -> dict:
+        """One generation on a fresh engine (built untimed), as each llama.cpp run is a fresh
+        process: a repeated prompt must not find its own earlier output in the engine (the
+        suffix proposer's index of earlier requests, auto's per-arm record)."""
         from specdec.config import SamplingParams
         torch.set_num_threads(self.threads)
+        self.engine = self.build()
         params = SamplingParams(temperature=0.0 if greedy else 1.0, seed=seed, max_new_tokens=n,
                                 ignore_eos=True)
         m = self.engine.metrics

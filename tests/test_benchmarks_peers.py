@@ -159,3 +159,17 @@ def test_cells_carry_the_repetition_of_their_outputs():
     rows = [{"group": "g", "name": "specdec plain", "setting": "s", "identity": {"code": "yes"},
              "cells": {"greedy/code": report.summarize([loop])}}]
     assert report.markdown_table(rows, ["code"], ["greedy"]).splitlines()[2].endswith("| 0.72* |")
+
+
+def test_a_repeated_prompt_does_not_find_its_own_earlier_output(tiny_target):
+    """Every specdec run decodes on a fresh engine: the suffix proposer indexes earlier
+    requests' outputs, and a reused engine would propose the repeated prompt's own output back
+    (acceptance near 1 on the second run)."""
+    import runners
+    from specdec.build import Models
+    from specdec.config import SpecConfig
+    from tests.conftest import random_prompts
+    row = runners.SpecdecRunner("suffix", Models(tiny_target, None), SpecConfig(method="suffix", k=4), threads=1)
+    prompt = random_prompts(1, seed=5, vocab=64)[0]
+    first, second = (row.run(prompt, greedy=True, seed=0, n=48) for _ in range(2))
+    assert first["tokens"] == second["tokens"] and first["acceptance"] == second["acceptance"]
