@@ -7,8 +7,9 @@ each position reached instead (beta_j: the draft's acceptance probability; the s
 without the coin's noise). P(A >= i) = prod_{j<=i} E[a_j]. A proposer's prior mean at j is
 E[a_{j-1}] (PRIOR_MEAN at j = 1), so undrafted positions inherit the nearest evidence; a request
 starts from its proposer's means and keeps its own counts per proposer (`auto` switches arms
-within a request; one arm's record says nothing of another's). A proposer keeps counts per verification mode (greedy, or the
-coupling: invariant accepts less than standard), each from its own rows. Counts decay every round
+within a request; one arm's record says nothing of another's). A proposer keeps counts per
+verification mode (greedy, or the coupling: invariant accepts less than standard), each from
+its own rows. Counts decay every round
 (a mode's when its rows run), so after k = 0 a request relaxes toward its proposer and the
 proposer toward the prior. Rounds are queued and folded in at the next read, alike runs at once.
 """

@@ -11,8 +11,8 @@ finish time instead (drain.py). From k = 0, every k > 0 carries the draft model'
 min(n, RECHECK) * t_draft(b) / RECHECK seconds after n plain rounds (a draining batch: all of
 it). At an unchanged batch size k is re-evaluated every RECHECK rounds; at once when the batch
 changes or proposes as another arm (`auto`), a row has no more than k tokens left, or k has
-just changed. One k serves the whole
-batch: verification is a dense (b, k + 1) block, so `row_caps()` is None. docs/adaptive.md.
+just changed. One k serves the whole batch: verification is a dense (b, k + 1) block, so
+`row_caps()` is None. docs/adaptive.md.
 """
 from __future__ import annotations
 

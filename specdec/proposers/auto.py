@@ -10,8 +10,8 @@ its goodput:
 
 where the round time runs from `plan` to `rollback` (drafting, the target's verify forward and
 verification). The k policy picks k for the arm most rows play; where it picks 0, the round is
-a plain one and counts as the planned arms' play (their goodput as the policy runs them). The rule is discounted UCB (Garivier &
-Moulines, 2011) on a ratio estimator, per row:
+a plain one and counts as the planned arms' play (their goodput as the policy runs them). The
+rule is discounted UCB (Garivier & Moulines, 2011) on a ratio estimator, per row:
 
     every round:   N_a <- g N_a,  S_a <- g S_a,  T_a <- g T_a          (all arms, g = gamma)
     after arm a:   N_a += 1,      S_a += tokens, T_a += seconds
