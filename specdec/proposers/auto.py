@@ -76,7 +76,8 @@ class AutoProposer(Proposer):
         self.rows: dict[int, _Stats] = {}
         self.glob: dict[str, tuple[list[float], list[float]]] = {}   # mode -> (tokens, seconds) per arm
         self.row_mode: dict[int, str] = {}                  # each running row's verification mode
-        self.chosen: list[int] | None = None
+        self.chosen: list[int] | None = None                # arms of the round in flight, per row
+        self.planned: list[int] | None = None               # arms `plan` picked for the next round
         self.used: list[int] = []
         self.t0 = 0.0
         self.history: list[list[int]] = []                   # arms chosen per recent round
@@ -174,7 +175,7 @@ class AutoProposer(Proposer):
 
     def cost_key(self):
         """The cost of this round is that of the arm most rows play (see plan)."""
-        planned = getattr(self, "planned", None)
+        planned = self.planned
         if not planned:
             return CostKey(self.name)
         arm = max(set(planned), key=planned.count)
@@ -182,7 +183,7 @@ class AutoProposer(Proposer):
 
     def propose(self, context, k):
         B = len(context)
-        planned = getattr(self, "planned", None)
+        planned = self.planned
         if planned is None or len(planned) != B:          # called without plan (a test, a warm-up)
             self.planned = planned = [self.choose(self._stats(b)) for b in range(B)]
             self.t0 = self.clock()
