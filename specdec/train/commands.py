@@ -50,6 +50,9 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: bf16 autocast on the GPU (target and draft; tools/gpu_train.sh)")
+    p.add_argument("--bf16", action="store_true",
+                   help="bf16 autocast on the CPU: faster where the cores have bf16 instructions "
+                        "(AVX-512 bf16, AMX), slower where they have not")
     p.add_argument("--batch", type=int, default=TrainConfig.batch,
                    help="sequences of 256 tokens per step (default 8; a GPU takes 64 or more)")
     p.add_argument("--ul-weight", type=float, default=UL_WEIGHT,
@@ -85,7 +88,7 @@ def run(args) -> int:
                           f"{args.what} trains on the CPU")
     tc = TrainConfig(tokens=args.tokens or d["tokens"], minutes=args.minutes or d["minutes"],
                      lr=args.lr or d["lr"], threads=args.threads, seed=args.seed, batch=args.batch,
-                     device=args.device)
+                     device=args.device, bf16=args.bf16)
     out = args.out or Path("models") / ("draft-distill" if args.what == "distill" else args.what)
     if args.mtp is not None and args.what != "eagle":
         raise ConfigError("--mtp goes with `specdec train eagle`")

@@ -41,7 +41,14 @@ def repeat_mask(ids: torch.Tensor, n: int = NGRAM) -> torch.Tensor:
 @torch.no_grad()
 def greedy_continue(model, prompts: torch.Tensor, new_tokens: int) -> torch.Tensor:
     """prompts (B, P) -> (B, new_tokens): the model's argmax continuation, in eager PyTorch
-    with a KV cache (the weights change every step, so nothing is prepared or packed)."""
+    with a KV cache (the weights change every step, so nothing is prepared or packed). Outside
+    any bf16 autocast of the trainer: these are the loops of the fp32 model that greedy
+    decoding runs, and the cache keeps the weights' dtype."""
+    with torch.autocast(prompts.device.type, enabled=False):
+        return _greedy(model, prompts, new_tokens)
+
+
+def _greedy(model, prompts: torch.Tensor, new_tokens: int) -> torch.Tensor:
     B, P = prompts.shape
     cache = model.new_cache(B, P + new_tokens)
     pos = torch.arange(P, device=prompts.device).expand(B, P)

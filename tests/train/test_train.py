@@ -53,7 +53,8 @@ def test_training_settings_are_checked_before_anything_runs(monkeypatch):
     import pytest
     from specdec.errors import ConfigError
     good = dict(tokens=1000, minutes=1.0)
-    for bad in (dict(tokens=0), dict(batch=0), dict(minutes=0.0), dict(lr=-1.0), dict(device="tpu")):
+    for bad in (dict(tokens=0), dict(batch=0), dict(minutes=0.0), dict(lr=-1.0), dict(device="tpu"),
+                dict(bf16="yes")):
         with pytest.raises(ConfigError):
             TrainConfig(**{**good, **bad})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -67,3 +68,30 @@ def test_only_the_target_and_draft_train_on_a_gpu(capsys):
     from specdec.cli import main
     assert main(["train", "eagle", "--device", "cuda", "--work", "/nonexistent/w"]) == 2
     assert "eagle trains on the CPU" in capsys.readouterr().err
+
+
+def test_bf16_training_autocasts_the_forward_and_keeps_fp32_weights(tmp_path):
+    """--bf16 on the CPU: the loss's logits come out in bf16, the weights and the export stay
+    fp32-trained, and the loss still falls on a learnable stream."""
+    import numpy as np
+    torch.manual_seed(0)
+    stream = np.tile(np.arange(2, 50, dtype=np.uint16), 200)
+    model = LlamaModel(tiny_config(vocab=64))
+    batches = Batches(stream, batch=4, seq_len=32, seed=0)
+    seen = []
+
+    def loss_fn(m, x, y):
+        pos = torch.arange(x.shape[1]).expand_as(x)
+        logits = m(x, pos)
+        seen.append(logits.dtype)
+        return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    with torch.no_grad():
+        x, y = batches.get(999)
+        before = lm_loss(model, x, y).item()
+    cfg = TrainConfig(tokens=4 * 32 * 30, minutes=5, lr=3e-3, warmup_steps=5, batch=4, seq_len=32,
+                      threads=1, bf16=True)
+    train(model, cfg, batches.get, loss_fn, tmp_path / "work", tmp_path / "out", TOKENIZER)
+    assert set(seen) == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    with torch.no_grad():
+        assert lm_loss(model, x, y).item() < before - 0.5

@@ -33,6 +33,9 @@ def test_greedy_continue_is_the_uncached_argmax():
             pos = torch.arange(seq.shape[1]).expand_as(seq)
             seq = torch.cat([seq, model(seq, pos)[:, -1:].argmax(-1)], 1)
     assert torch.equal(cont, seq[:, 5:])
+    # under the trainer's bf16 autocast (--bf16) the continuation is still the fp32 model's
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(greedy_continue(model, prompts, 12), cont)
 
 
 def test_no_loop_no_loss_and_a_loop_has_a_gradient():
