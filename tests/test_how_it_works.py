@@ -44,7 +44,7 @@ def test_worked_example_is_the_stored_trace():
 
 
 def test_regime_rows_quote_the_stored_analysis():
-    res = json.loads((ROOT / "benchmarks" / "results" / "analyze" / "quick-9" / "results.json").read_text())
+    res = json.loads((ROOT / "benchmarks" / "results" / "analyze" / "quick-10" / "results.json").read_text())
     spec_doc = (ROOT / "docs" / "speculation.md").read_text()
     assert len(res["regimes"]) == 3
     for r in res["regimes"]:
