@@ -74,6 +74,15 @@ def source_copy(dest: Path) -> Path:
     return dest
 
 
+def running_site_dirs() -> list[str]:
+    """The site-packages folders this interpreter imports from (its venv's, its base's where
+    the venv shares them, the user's), never the checkout: a path line in a .pth file adds the
+    folder alone, so the editable install's own .pth hooks there stay inactive."""
+    import site
+    dirs = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    return [d for d in dict.fromkeys(dirs) if Path(d).is_dir() and not Path(d).is_relative_to(ROOT)]
+
+
 def test_a_built_wheel_works_from_a_fresh_venv_outside_the_checkout(tmp_path):
     pytest.importorskip("build", reason="build is in the test extra: pip install -e '.[test]'")
     src = source_copy(tmp_path / "src")
@@ -85,12 +94,17 @@ def test_a_built_wheel_works_from_a_fresh_venv_outside_the_checkout(tmp_path):
     assert {"specdec/py.typed", f"specdec/{BUNDLED}/tokenizer.json"} <= names
     assert all(f"specdec/{BUNDLED}/{c}/{f}" in names for c in CHECKPOINTS for f in CHECKPOINT_FILES)
 
-    # --system-site-packages: torch and the other dependencies come from this interpreter;
+    # The venv sees this environment's installed packages (torch and the other dependencies)
+    # through a .pth file, whatever this interpreter is: the system's, a venv's or a conda
+    # environment's (--system-site-packages would show a venv's *base* interpreter instead).
     # --without-pip: no venv-local setuptools hides the newer one torch requires; --no-index:
     # nothing is downloaded, a missing dependency fails here
     venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], cwd=tmp_path)
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
     py = venv / "bin" / "python"
+    [site_dir] = run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                     cwd=tmp_path).stdout.split()
+    (Path(site_dir) / "_running_env.pth").write_text("".join(f"{p}\n" for p in running_site_dirs()))
     run([str(py), "-m", "pip", "install", "--no-index", "--quiet", str(wheel)], cwd=tmp_path)
 
     outside = tmp_path / "elsewhere"
