@@ -66,7 +66,7 @@ def main(argv=None) -> dict:
             return out
         return timed
     LlamaModel.forward, NativeForward.draft_argmax, NativeForward.draft_sample = timer(real), timer(real_loop), timer(real_sample)
-    prompt = [models.tokenizer.bos_id] + models.tokenizer.encode(Path(__file__).read_text()[:600], bos=False)[:128]
+    prompt = models.tokenizer.frame(models.tokenizer.encode(Path(__file__).read_text()[:600], add_special_tokens=False)[:128])
     rows = []
     for k in [int(x) for x in args.ks.split(",")]:
         spec = SpecConfig(method="none", k=0) if k == 0 else SpecConfig(method="draft", k=k)

@@ -58,7 +58,7 @@ def reference_continuations(tok, prompts: list[list[int]], new_tokens: int) -> l
     searching the files' token streams."""
     import numpy as np
     from specdec.corpus import corpus_files, read_text
-    docs = [np.asarray(tok.encode(read_text(f), bos=False), dtype=np.uint16) for f in corpus_files("heldout")]
+    docs = [np.asarray(tok.encode(read_text(f), add_special_tokens=False), dtype=np.uint16) for f in corpus_files("heldout")]
     blobs = [d.tobytes() for d in docs]
     out = []
     for p in prompts:

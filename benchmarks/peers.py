@@ -67,7 +67,7 @@ def load_prompts(tok, workloads, n, prompt_tokens, seed=0) -> dict[str, list[lis
     from specdec.analysis.workloads import load_workload
     out = {}
     for wl in workloads:
-        out[wl] = [[tok.bos_id] + tok.encode(tok.decode(p[1:]), bos=False)[:prompt_tokens]
+        out[wl] = [tok.frame(tok.encode(tok.decode(p), add_special_tokens=False)[:prompt_tokens])
                    for p in load_workload(wl, tok, n=n, prompt_tokens=prompt_tokens, seed=seed)]
     return out
 

@@ -80,18 +80,18 @@ def load_workload(name: str, tokenizer, n: int = 8, prompt_tokens: int = 128, se
     if name == "long-code":
         if long_tokens is None:
             raise ValueError("long-code needs long_tokens (long_prompt_tokens of the model's context)")
-        docs = [tokenizer.encode(read_text(f), bos=False) for f in corpus_files("heldout")]
-        return [[tokenizer.bos_id] + w for w in _windows(docs, n, long_tokens, rng)]
+        docs = [tokenizer.encode(read_text(f), add_special_tokens=False) for f in corpus_files("heldout")]
+        return [tokenizer.frame(w) for w in _windows(docs, n, long_tokens, rng)]
     if name == "code":
-        docs = [tokenizer.encode(read_text(f), bos=False) for f in corpus_files("heldout")]
-        return [[tokenizer.bos_id] + w for w in _windows(docs, n, prompt_tokens, rng)]
+        docs = [tokenizer.encode(read_text(f), add_special_tokens=False) for f in corpus_files("heldout")]
+        return [tokenizer.frame(w) for w in _windows(docs, n, prompt_tokens, rng)]
     if name == "prose":
         paras = [p for p in prose_text().split("\n\n") if len(p) > 200]
-        docs = [tokenizer.encode(p, bos=False) for p in paras]
-        return [[tokenizer.bos_id] + w for w in _windows(docs, n, prompt_tokens, rng)]
+        docs = [tokenizer.encode(p, add_special_tokens=False) for p in paras]
+        return [tokenizer.frame(w) for w in _windows(docs, n, prompt_tokens, rng)]
     if name == "grounded":
         return [tokenizer.encode(t) for t in grounded_texts(n, seed)]
     if name == "random":
         V = tokenizer.vocab_size
-        return [[tokenizer.bos_id] + [rng.randrange(2, V) for _ in range(prompt_tokens)] for _ in range(n)]
+        return [tokenizer.frame([rng.randrange(2, V) for _ in range(prompt_tokens)]) for _ in range(n)]
     raise ValueError(f"unknown workload {name!r}; choose from {', '.join(ANALYSIS_WORKLOADS)}")

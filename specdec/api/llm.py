@@ -9,7 +9,7 @@ the same prompt and settings give the same tokens. One LLM serves one caller at 
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence as Seq
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..engine.engine import Engine
 from ..engine.sequence import Sequence
 from ..errors import ConfigError
+from ..models.chat_template import ChatTemplate, Message
 from ..models.tokenizer import Tokenizer
 from ..server.text import TextStream
 from .inputs import Params, PromptInput, Prompts, encode, params_list, prompt_list
@@ -112,6 +113,16 @@ class LLM:
         finally:
             self._abort([seq for seq, _ in requests])
         return [RequestOutput.of(seq, text, self.tokenizer) for seq, text in requests]
+
+    def chat(self, messages: Seq[Message] | Seq[Seq[Message]], sampling_params: Params = None,
+             chat_template: str | None = None, add_generation_prompt: bool = True) -> list[RequestOutput]:
+        """vLLM's `chat`: one conversation (a list of {"role", "content"} messages) or a list of
+        them, each rendered with the target's chat template (`chat_template`: a template's
+        source instead; models/chat_template.py) and decoded as `generate` decodes prompts."""
+        convs = [messages] if messages and isinstance(messages[0], (Mapping, tuple)) else list(messages)
+        template = ChatTemplate(self.tokenizer, chat_template)
+        prompts = [{"prompt_token_ids": template.encode(c, add_generation_prompt)} for c in convs]
+        return self.generate(prompts, sampling_params)
 
     def stream(self, prompt: PromptInput, sampling_params: SamplingParams | None = None) -> Iterator[str]:
         """Decode one prompt and yield its text as it grows: one delta per round that

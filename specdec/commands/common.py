@@ -87,3 +87,17 @@ def parse_tree(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--tree takes a node budget, 'auto' or 'off', got {text!r}") from None
+
+
+def read_template(path: Path | None) -> str | None:
+    """`--chat-template FILE`'s text (None without one), compiled once here so that a bad file
+    stops the command before anything loads."""
+    from ..models.chat_template import compile_template
+    if path is None:
+        return None
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--chat-template {path}: cannot read it ({e})") from e
+    compile_template(source, f"--chat-template {path}")
+    return source

@@ -12,7 +12,8 @@ from ..build import default_pair, load_models, make_engine
 from ..engine.origins import RoundLog
 from ..errors import PromptError
 from .show_rounds import show
-from .common import add_load_args, load_kwargs, add_method_args, spec_from_args
+from ..models.chat_template import ChatTemplate
+from .common import add_load_args, load_kwargs, read_template, add_method_args, spec_from_args
 
 
 def add_parser(sub) -> None:
@@ -22,8 +23,11 @@ def add_parser(sub) -> None:
                                               "--target is not given; otherwise none)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt")
+    src.add_argument("--chat", help="one user message, rendered with the target's chat template")
     src.add_argument("--prompt-file", type=Path)
     src.add_argument("--batch-file", type=Path, help="JSONL, one {\"prompt\": ...} per line")
+    p.add_argument("--chat-template", type=Path, help="a Jinja chat template file for --chat "
+                                                          "(default: the checkpoint's own)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -46,8 +50,9 @@ def add_parser(sub) -> None:
 
 
 def read_prompts(args) -> list[str]:
-    if args.prompt is not None:
-        return [args.prompt]
+    one = args.prompt if args.prompt is not None else getattr(args, "chat", None)
+    if one is not None:
+        return [one]
     path = args.prompt_file or args.batch_file
     try:
         text = path.read_text(encoding="utf-8")
@@ -74,6 +79,7 @@ def read_prompts(args) -> list[str]:
 
 def run(args) -> int:
     prompts = read_prompts(args)
+    template = read_template(args.chat_template)        # a bad file stops us before loading
     if any(not p for p in prompts):
         raise PromptError("empty prompt")
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -87,7 +93,10 @@ def run(args) -> int:
     engine = make_engine(models, spec, EngineConfig(max_batch=min(args.max_batch, len(prompts)), device=args.device,
                                                     max_model_len=models.target.config.max_position_embeddings))
     tok = models.tokenizer
-    ids = [tok.encode(p) for p in prompts]
+    if args.chat is not None:
+        ids = [ChatTemplate(tok, template).encode([{"role": "user", "content": args.chat}])]
+    else:
+        ids = [tok.encode(p) for p in prompts]
     stream = not args.json and not args.show_rounds and len(prompts) == 1
     log = RoundLog() if args.show_rounds else None
     engine.on_round = log

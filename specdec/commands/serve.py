@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..defaults import default_draft, default_head, default_target
 from ..errors import ConfigError
-from .common import add_load_args, load_kwargs, add_method_args, spec_from_args
+from .common import add_load_args, load_kwargs, add_method_args, read_template, spec_from_args
 
 
 def add_parser(sub) -> None:
@@ -38,8 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--log-level", default="info")
     p.add_argument("--chat-template", type=Path, metavar="FILE",
-                   help="a Jinja chat template for /v1/chat/completions, overriding the checkpoint's "
-                        "tokenizer_config.json `chat_template`")
+                   help="a Jinja chat template for /v1/chat/completions, overriding the checkpoint's own")
     p.add_argument("--allow-request-speculation", action=argparse.BooleanOptionalAction, default=True,
                    help="honour a request's `speculative` field (default: yes; each new (method, k) "
                         "builds an engine of its own)")
@@ -62,7 +61,7 @@ def run(args) -> int:
     for name in ("max_batch", "max_queue"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
-    template = _read_template(args.chat_template) if args.chat_template else None
+    template = read_template(args.chat_template)
     target = args.target or default_target()
     draft = args.draft if args.draft or args.target else default_draft()
     if args.method not in (None, "draft") and args.draft is None:
@@ -87,17 +86,6 @@ def run(args) -> int:
                                     timeout_graceful_shutdown=args.shutdown_timeout))
     server.run()
     return 0
-
-
-def _read_template(path: Path) -> str:
-    """The template file's text, compiled once here so that a bad file stops the start."""
-    from ..server.text import compile_template
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--chat-template {path}: cannot read it ({e})") from e
-    compile_template(source, f"--chat-template {path}")
-    return source
 
 
 def _graceful_server(config):

@@ -96,7 +96,7 @@ class ModelConfig:
             raise CheckpointError(f"corrupt config.json in {Path(path).parent}: {e}") from e
         if not isinstance(d, dict):
             raise CheckpointError(f"corrupt config.json in {Path(path).parent}: not an object")
-        return cls.from_dict(d)
+        return cls.from_dict({**d, **_generation_eos(Path(path).parent)})
 
     def to_hf_dict(self) -> dict:
         d = asdict(self)
@@ -118,3 +118,14 @@ class ModelConfig:
         per_layer = attn + 3 * d * f + 2 * d
         emb = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
         return per_layer * L + emb + d
+
+
+def _generation_eos(folder: Path) -> dict:
+    """generation_config.json's EOS ids, which end generation in transformers (a chat model
+    lists its end-of-turn token there, often beside config.json's EOS): {} where it has none."""
+    try:
+        gen = json.loads((folder / "generation_config.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}                # absent or unreadable: config.json's EOS stands
+    eos = gen.get("eos_token_id") if isinstance(gen, dict) else None
+    return {"eos_token_id": eos} if isinstance(eos, (int, list)) and eos != [] else {}

@@ -22,7 +22,8 @@ from .linear import choose_kernel
 from .memory import check_checkpoint
 from .quantize import (QUANT_CONFIGS, check_weights, quant_layout, quantized_names,
                        round_state_dict, stored_weights)
-from .tokenizer import Tokenizer
+from .chat_template import SPECIAL_NAMES
+from .tokenizer import Tokenizer, TokenizerRules
 
 
 def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -114,12 +115,49 @@ def _mtp_key(key: str, cfg: ModelConfig) -> bool:
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
+    """A checkpoint folder's tokenizer: tokenizer.json, with the rules tokenizer_config.json
+    states (special-token flags and strings) and the chat template from wherever the folder
+    keeps it (models/chat_template.py)."""
     path = Path(path)
-    cfg = {}
-    if (path / "config.json").exists():
-        cfg = json.loads((path / "config.json").read_text())
-    return Tokenizer.from_file(path / "tokenizer.json", bos_id=cfg.get("bos_token_id"),
-                               eos_id=cfg.get("eos_token_id"))
+    cfg = _json(path / "config.json")
+    tcfg = _json(path / "tokenizer_config.json")
+    gen = _json(path / "generation_config.json")
+    rules = TokenizerRules(add_bos=tcfg.get("add_bos_token"), add_eos=tcfg.get("add_eos_token"),
+                           special_tokens={n: s for n in SPECIAL_NAMES if (s := _token_str(tcfg.get(n)))},
+                           chat_template=_folder_template(path, tcfg))
+    return Tokenizer.from_file(path / "tokenizer.json", bos_id=cfg.get("bos_token_id", gen.get("bos_token_id")),
+                               eos_id=gen.get("eos_token_id", cfg.get("eos_token_id")), rules=rules)
+
+
+def _json(path: Path) -> dict:
+    """A JSON object file's contents; {} where the file is absent; CheckpointError where corrupt."""
+    if not path.exists():
+        return {}
+    try:
+        d = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"corrupt {path.name} in {path.parent}: {e}") from e
+    if not isinstance(d, dict):
+        raise CheckpointError(f"corrupt {path.name} in {path.parent}: not a JSON object")
+    return d
+
+
+def _folder_template(path: Path, tcfg: dict) -> str | None:
+    """The folder's chat template: chat_template.jinja, chat_template.json, then
+    tokenizer_config.json's (a string, or named templates: the one named "default")."""
+    if (path / "chat_template.jinja").exists():
+        return (path / "chat_template.jinja").read_text()
+    tmpl = _json(path / "chat_template.json").get("chat_template") or tcfg.get("chat_template")
+    if isinstance(tmpl, list):
+        tmpl = next((t.get("template") for t in tmpl if isinstance(t, dict) and t.get("name") == "default"), None)
+    return tmpl if isinstance(tmpl, str) and tmpl else None
+
+
+def _token_str(tok) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
+    if isinstance(tok, dict):
+        tok = tok.get("content")
+    return tok if isinstance(tok, str) else None
 
 
 def save_checkpoint(model: LlamaModel, tokenizer_json: str | Path, out: str | Path,

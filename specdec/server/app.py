@@ -27,7 +27,8 @@ from . import protocol as P
 from .metrics import ServerMetrics
 from .choices import Choice, choice_seed, collect, logprobs_since, sse, usage
 from .events import HTTPError, abort_on_disconnect
-from .text import ChatFormatter, TextStream
+from ..models.chat_template import ChatTemplate
+from .text import TextStream
 from .handle import Handle, QueueFull, ShuttingDown
 from .speculation import request_spec
 from .worker import Worker
@@ -62,7 +63,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     worker = Worker(models, cfg.spec, EngineConfig(max_batch=cfg.max_batch, max_model_len=mml),
                     max_queue=cfg.max_queue, request_timeout=cfg.request_timeout, metrics=metrics,
                     max_engines=cfg.max_engines)
-    chat = ChatFormatter(models.tokenizer, models.target_path, cfg.chat_template)
+    chat = ChatTemplate(models.tokenizer, cfg.chat_template)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -261,7 +262,7 @@ def create_app(models: Models, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             if isinstance(m.content, list) and any(p.get("type") != "text" for p in m.content):
                 raise HTTPError(400, "only text content parts are supported", param=f"messages.{i}.content")
         try:
-            ids = await asyncio.to_thread(chat.encode, [(m.role, m.text()) for m in req.messages])
+            ids = await asyncio.to_thread(chat.encode, [{"role": m.role, "content": m.text()} for m in req.messages])
         except PromptError as e:
             raise HTTPError(400, str(e), param="messages")
         return await run(request, req, [ids], req.max_completion_tokens or req.max_tokens, True)

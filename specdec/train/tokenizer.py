@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from ..corpus import corpus_files, read_text
 
@@ -18,6 +18,9 @@ def train_tokenizer(out: str | Path, vocab_size: int = 8192) -> Path:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=True)
     tok.train_from_iterator((read_text(f) for f in corpus_files("train")), trainer=trainer)
+    # the model is trained with a BOS before every document: the tokenizer says so itself
+    tok.post_processor = processors.TemplateProcessing(single=f"{SPECIAL[0]} $A", pair=f"{SPECIAL[0]} $A {SPECIAL[0]} $B",
+                                                       special_tokens=[(SPECIAL[0], 0)])
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(out))

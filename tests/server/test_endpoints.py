@@ -26,7 +26,7 @@ def test_tokenize_and_detokenize_round_trip(server, tiny_models):
     r = httpx.post(url + "/tokenize", json={"prompt": "def f(x):\n    return x"}).json()
     assert r["tokens"] == tiny_models.tokenizer.encode("def f(x):\n    return x") and r["count"] == len(r["tokens"])
     bare = httpx.post(url + "/tokenize", json={"prompt": "abc", "add_special_tokens": False}).json()["tokens"]
-    assert bare == tiny_models.tokenizer.encode("abc", bos=False)
+    assert bare == tiny_models.tokenizer.encode("abc", add_special_tokens=False)
     assert httpx.post(url + "/detokenize", json={"tokens": bare}).json()["prompt"] == "abc"
     _error(httpx.post(url + "/detokenize", json={"tokens": [10 ** 6]}), 400)
     _error(httpx.post(url + "/tokenize", json={"prompt": 5}), 400)

@@ -1,11 +1,13 @@
-"""Incremental detokenization with stop strings, and the default chat template."""
+"""Incremental detokenization with stop strings, and chat templates on the bundled tokenizer."""
 from __future__ import annotations
 
 import pytest
 
 from specdec.defaults import bundled_dir
 from specdec.models.tokenizer import Tokenizer
-from specdec.server.text import ChatFormatter, TextStream, default_chat_prompt
+from specdec.models.chat_template import ChatTemplate, default_chat_prompt
+from specdec.models.loader import load_tokenizer
+from specdec.server.text import TextStream
 
 TOK = Tokenizer.from_file(bundled_dir() / "tokenizer.json")
 TEXT = "def área(x):\n    return x * 2  # ünïcode ✓\n\nprint(área(3))\n"
@@ -13,7 +15,7 @@ TEXT = "def área(x):\n    return x * 2  # ünïcode ✓\n\nprint(área(3))\n"
 
 @pytest.mark.parametrize("stop", [None, "return", "\n\n", "✓", "3))"])
 def test_token_by_token_deltas_equal_text_cut_at_stop(stop):
-    ids = TOK.encode(TEXT, bos=False)
+    ids = TOK.encode(TEXT, add_special_tokens=False)
     s = TextStream(TOK, [stop] if stop else [])
     out = ""
     for t in ids:
@@ -29,24 +31,26 @@ def test_token_by_token_deltas_equal_text_cut_at_stop(stop):
 
 def test_default_chat_template_and_checkpoint_template(tmp_path):
     msgs = [("system", "Be brief."), ("user", "Hi")]
-    assert default_chat_prompt(msgs) == "System: Be brief.\nUser: Hi\nAssistant:"
-    assert ChatFormatter(TOK, None).encode(msgs) == TOK.encode("System: Be brief.\nUser: Hi\nAssistant:")
+    assert default_chat_prompt([{"role": r, "content": c} for r, c in msgs]) == "System: Be brief.\nUser: Hi\nAssistant:"
+    assert ChatTemplate(TOK).encode(msgs) == TOK.encode("System: Be brief.\nUser: Hi\nAssistant:")
+    assert ChatTemplate(TOK).kind == "default"
+    (tmp_path / "tokenizer.json").write_text((bundled_dir() / "tokenizer.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(
-        '{"bos_token": "<s>", "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}]'
+        '{"bos_token": "<s>", "add_bos_token": true, "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}]'
         '{{ m.content }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"}')
-    f = ChatFormatter(TOK, tmp_path)
+    f = ChatTemplate(load_tokenizer(tmp_path))
     assert f.kind == "checkpoint"
     assert f.encode(msgs) == TOK.encode("[system]Be brief.[user]Hi[assistant]")   # one BOS, not two
+    assert f.encode(msgs).count(TOK.bos_id) == 1
 
 
-def test_a_chat_template_file_overrides_the_checkpoints(tmp_path):
+def test_a_chat_template_file_overrides_the_checkpoints():
     from specdec.errors import ConfigError
-    (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{{ messages[0].content }}"}')
-    f = ChatFormatter(TOK, tmp_path, template="{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}>>")
+    f = ChatTemplate(TOK, "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}>>")
     assert f.kind == "--chat-template"
-    assert f.encode([("user", "Hi")]) == TOK.encode("<user>Hi>>")
+    assert f.encode([("user", "Hi")]) == TOK.encode("<user>Hi>>", add_special_tokens=False)
     with pytest.raises(ConfigError, match=r"--chat-template: not a valid Jinja template \(line 1"):
-        ChatFormatter(TOK, None, template="{% for m in messages %}unclosed")
+        ChatTemplate(TOK, "{% for m in messages %}unclosed")
 
 
 @pytest.mark.parametrize("content, says", [("{% if %}", "not a valid Jinja template"), (None, "cannot read")])
@@ -69,4 +73,4 @@ def test_the_server_renders_chat_with_the_template_file(tiny_models):
     with live_server(tiny_models, model_name="tiny", chat_template=tmpl) as (url, _):
         r = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}],
                                                             "max_tokens": 2})
-        assert r.json()["usage"]["prompt_tokens"] == len(TOK.encode("[user]hello[reply]"))
+        assert r.json()["usage"]["prompt_tokens"] == len(TOK.encode("[user]hello[reply]", add_special_tokens=False))
