@@ -227,8 +227,9 @@ class LlamaCppRunner:
     group = "llama.cpp"
 
     def __init__(self, name, program, bins: Path, gguf: Path, decode, setting="", threads=2,
-                 draft_gguf: Path | None = None, extra=()):
+                 draft_gguf: Path | None = None, extra=(), strip_bos: bool = True):
         self.name, self.program, self.bins, self.gguf, self.decode = name, program, bins, gguf, decode
+        self.strip_bos = strip_bos       # the prompt starts with a BOS that llama.cpp adds itself
         self.setting, self.threads, self.draft_gguf, self.extra = setting, threads, draft_gguf, list(extra)
 
     def command(self, prompt_text: str, greedy: bool, seed: int, n: int) -> list[str]:
@@ -243,7 +244,7 @@ class LlamaCppRunner:
         return cmd + self.extra
 
     def run(self, prompt_ids, greedy: bool, seed: int, n: int) -> dict:
-        text = self.decode(list(prompt_ids)[1:])  # llama.cpp adds the BOS itself
+        text = self.decode(list(prompt_ids)[1:] if self.strip_bos else list(prompt_ids))
         for attempt in range(1, 4):  # the programs' async logger rarely loses its last lines at exit
             r = subprocess.run(self.command(text, greedy, seed, n), capture_output=True)
             out, err = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")

@@ -3,6 +3,7 @@ and the same prompt token ids, against the machine's memory-bandwidth roofline.
 
     python benchmarks/peers.py --out results/peers            # the full run (tens of minutes)
     python benchmarks/peers.py --quick --out /tmp/peers-quick   # smoke test (a few minutes)
+    python benchmarks/peers.py --target FILE.gguf --out DIR      # a real model, no draft (peers_real.py)
 
 Writes results.json and table.md to --out. Protocol: batch 1, fixed-length outputs
 (EOS ignored/suppressed), greedy and temperature 1 with a seed; each row is warmed up and
@@ -35,7 +36,8 @@ from runners import hf_rows, profile, specdec_rows  # noqa: E402
 def parse_args(argv=None):
     from specdec.defaults import default_draft, default_target
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", default=str(default_target()))
+    ap.add_argument("--target", default=str(default_target()), help="a checkpoint folder, or a GGUF file: "
+                    "a real model beside llama.cpp on the same weights, no draft (peers_real.py)")
     ap.add_argument("--draft", default=str(default_draft()))
     ap.add_argument("--out", default="results/peers")
     ap.add_argument("--workloads", default="code,prose")
@@ -200,6 +202,9 @@ def machine_info() -> dict:
 def main(argv=None) -> int:
     from specdec.build import load_models
     args = parse_args(argv)
+    if args.target.endswith(".gguf"):
+        import peers_real
+        return peers_real.main(args, lambda s: print(s, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(s, flush=True)  # noqa: E731
