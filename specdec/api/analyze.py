@@ -18,7 +18,8 @@ from typing import Any
 
 from ..analysis.session import Progress, analyze as run_session
 from ..analysis.settings import grid_settings
-from ..analysis.workloads import ANALYSIS_WORKLOADS, load_workload, long_prompt_tokens
+from ..analysis.conversations import encode_prompts, read_prompts
+from ..analysis.workloads import load_workload, long_prompt_tokens, pick_workloads
 from ..build import DEFAULT_K_MAX, default_pair, load_models, spec_config
 from ..config import SpecConfig
 from ..errors import ConfigError, PromptError
@@ -74,7 +75,8 @@ class Analysis:
 
 
 def analyze(target: PathLike | None = None, draft: PathLike | None = None, method: str | None = None, *,
-            workload: str | Sequence[str] = "all", prompts: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+            workload: str | Sequence[str] = "auto",
+            prompts: Sequence[str] | Mapping[str, Sequence[str]] | Path | None = None,
             k: Sequence[int] | None = None, batch_sizes: Sequence[int] | None = None,
             temperatures: Sequence[float] | None = None, repeats: int | None = None,
             max_new_tokens: int | None = None, prompt_tokens: int | None = None, extend_s: float | None = None,
@@ -86,8 +88,10 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
     predict the speed-ups from measured costs, write the report and return it.
 
     target, draft, method and proposer options: as for `LLM` (default: the bundled pair).
-    workload: "all", one of code, long-code, prose, grounded, random, or a list of them; or `prompts`,
-    your own texts (a list, or a dict of name -> texts). k, batch_sizes, temperatures,
+    workload: "auto" (chat for a target with a chat template, else "all"), "all", one of code,
+    long-code, prose, grounded, random, chat, or a list of them; or `prompts`, your own texts (a
+    list, or a dict of name -> texts) or a prompt file (a Path: ShareGPT JSON, OpenAI-chat or
+    {"prompt"} JSONL; analysis/conversations.py). k, batch_sizes, temperatures,
     repeats, max_new_tokens, prompt_tokens: the grid (default: `quick`'s or the full one);
     extend_s: seconds of extra groups for cells whose interval is wider than ±10% (None: a
     share of the decode time).
@@ -97,7 +101,8 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
                       repeats=repeats, max_new_tokens=max_new_tokens, prompt_tokens=prompt_tokens, extend_s=extend_s)
     if grid not in GRIDS:
         raise ConfigError(f"grid must be one of {', '.join(GRIDS)}, got {grid!r}")
-    names = _workloads(workload) if prompts is None else []
+    if prompts is None and workload != "auto":
+        pick_workloads(workload, None)                     # a bad name is refused before loading
     want = speculation(draft, method, max(s["k"]), None, proposer_options)
     target_dir, draft_dir = default_pair(target, want.draft)
     folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="specdec-analysis-"))
@@ -113,13 +118,17 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
         def spec_for_k(kk: int) -> SpecConfig:
             return spec_config("none" if kk == 0 else spec.method, kk, DEFAULT_K_MAX, has_draft, want.options)
 
-        if prompts is not None:
+        if isinstance(prompts, Path):
+            encoded = {prompts.stem: encode_prompts(read_prompts(prompts).items, models.tokenizer)}
+        elif prompts is not None:
             texts = dict(prompts) if isinstance(prompts, Mapping) else {
                 "prompts": [prompts] if isinstance(prompts, str) else list(prompts)}
             encoded = {name: [models.tokenizer.encode(_text(t)) for t in ts] for name, ts in texts.items()}
         else:
             n = s["repeats"] * max(s["batch_sizes"])
             long_tokens = long_prompt_tokens(models.target.config.max_position_embeddings, s["max_new_tokens"])
+            names, why = pick_workloads(workload, models.tokenizer)
+            bars.note(f"workloads: {', '.join(names)} ({why})")
             encoded = {w: load_workload(w, models.tokenizer, n=n, prompt_tokens=s["prompt_tokens"],
                                         long_tokens=long_tokens) for w in names}
         described = (f"the draft model `{models.draft_path.name}`" if spec.method == "draft" and models.draft_path
@@ -133,14 +142,6 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
 
 def _listed(values: Sequence[Any] | None) -> list[Any] | None:
     return None if values is None else list(values)
-
-
-def _workloads(workload: str | Sequence[str]) -> list[str]:
-    names = list(ANALYSIS_WORKLOADS) if workload == "all" else [workload] if isinstance(workload, str) else list(workload)
-    unknown = [w for w in names if w not in ANALYSIS_WORKLOADS]
-    if unknown or not names:
-        raise ConfigError(f"unknown workload {unknown[0] if unknown else ''!r}; choose from all, {', '.join(ANALYSIS_WORKLOADS)}")
-    return names
 
 
 def _text(prompt: object) -> str:

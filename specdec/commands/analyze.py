@@ -9,11 +9,13 @@ report.md and a self-contained report.html (see analysis/report.py).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..analysis.remote import add_remote_args
 from ..analysis.settings import FULL, QUICK, grid_settings
-from ..analysis.workloads import ANALYSIS_WORKLOADS, load_workload, long_prompt_tokens
+from ..analysis.conversations import TURNS, encode_prompts, read_prompts
+from ..analysis.workloads import ANALYSIS_WORKLOADS, NAMED_ONLY, load_workload, long_prompt_tokens, pick_workloads
 from ..defaults import default_head
 from ..errors import ConfigError
 from .common import parse_tree, add_load_args, load_kwargs, add_method_args, spec_from_args
@@ -38,8 +40,13 @@ def add_parser(sub) -> None:
     p.add_argument("--draft", type=Path, help="draft checkpoint dir (default: bundled draft when "
                                               "--target is not given)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--workload", choices=list(ANALYSIS_WORKLOADS) + ["all"], default="all")
-    src.add_argument("--prompts", type=Path, help="JSONL file, one {\"prompt\": ...} per line")
+    src.add_argument("--workload", choices=["auto", "all", *ANALYSIS_WORKLOADS, *NAMED_ONLY], default="auto",
+                     help="auto (default): chat for a target with a chat template, else all; all: every "
+                          "built-in workload; chat: ShareGPT first turns (pip install 'specdec[data]')")
+    src.add_argument("--prompts", type=Path, help="a ShareGPT JSON file, or JSONL of {\"messages\": [...]} "
+                                                  "(OpenAI chat) or {\"prompt\": text} lines")
+    p.add_argument("--turns", choices=TURNS, default="first",
+                   help="a conversation's prompt: up to its first user turn (default) or its last")
     add_load_args(p)
     add_method_args(p, k_table=False, tree=False)  # --method and proposer options; --k and --tree below
     p.add_argument("--k", type=_list(int), help="draft lengths to measure, e.g. 1,2,4,8")
@@ -82,11 +89,15 @@ def _settings(args) -> dict:
     return grid_settings(args.quick, **{key: getattr(args, key, None) for key in QUICK})
 
 
-def _prompts(args, tokenizer, names, n, prompt_tokens, long_tokens) -> dict[str, list[list[int]]]:
+def _prompts(args, tokenizer, n, prompt_tokens, long_tokens, bars) -> dict[str, list[list[int]]]:
     if args.prompts:
-        from .generate import read_prompts
-        texts = read_prompts(argparse.Namespace(prompt=None, prompt_file=None, batch_file=args.prompts))
-        return {args.prompts.stem: [tokenizer.encode(t) for t in texts]}
+        found = read_prompts(args.prompts, args.turns)
+        if found.truncated or found.skipped:
+            bars.note(f"{args.prompts}: {len(found.items)} prompts; {found.skipped} skipped "
+                      f"({'a truncated file; ' if found.truncated else ''}conversations without a user turn)")
+        return {args.prompts.stem: encode_prompts(found.items, tokenizer)}
+    names, why = pick_workloads(args.workload, tokenizer)
+    print(f"specdec: workloads {', '.join(names)} ({why})", file=sys.stderr, flush=True)
     return {w: load_workload(w, tokenizer, n=n, prompt_tokens=prompt_tokens, long_tokens=long_tokens) for w in names}
 
 
@@ -114,7 +125,6 @@ def run(args) -> int:
 
     s = _settings(args)
     target, draft = default_pair(args.target, args.draft)
-    names = list(ANALYSIS_WORKLOADS) if args.workload == "all" else [args.workload]
     with Progress(disabled=args.no_progress) as bars:
         bars.note("loading models and prompts")
         load = load_kwargs(args)
@@ -128,7 +138,7 @@ def run(args) -> int:
             raise ConfigError("nothing to analyze with method 'none': give --draft DIR or --method NAME")
         n = s["repeats"] * max(s["batch_sizes"])
         long_tokens = long_prompt_tokens(models.target.config.max_position_embeddings, s["max_new_tokens"])
-        prompts = _prompts(args, models.tokenizer, names, n, s["prompt_tokens"], long_tokens)
+        prompts = _prompts(args, models.tokenizer, n, s["prompt_tokens"], long_tokens, bars)
 
         def spec_for_k(k: int):   # a chain; trees are the session's (analysis/trees.py)
             ns = argparse.Namespace(**{**vars(args), "k": k, "method": "none" if k == 0 else spec.method, "tree": 0})
