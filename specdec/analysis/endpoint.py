@@ -48,19 +48,43 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 class Endpoint:
+    """An OpenAI-compatible server under test. Every failure to reach it or to read its answer
+    is a ConfigError naming the URL and what failed (one line, exit code 2)."""
+
     def __init__(self, url: str, api_key: str | None, model: str | None):
         self.url = url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.model = model or self._first_model()
+        self.model = self._served(model)
 
-    def _first_model(self) -> str:
-        r = httpx.get(self.url + "/v1/models", headers=self.headers, timeout=30)
+    def _request(self, method: str, path: str, timeout: float, **kw) -> httpx.Response:
+        try:
+            return httpx.request(method, self.url + path, headers=self.headers, timeout=timeout, **kw)
+        except httpx.HTTPError as e:
+            raise ConfigError(f"{self.url}{path}: {type(e).__name__}: {e}") from e
+
+    def _json(self, r: httpx.Response, path: str):
         if r.status_code != 200:
-            raise ConfigError(f"{self.url}/v1/models answered {r.status_code}: {r.text[:200]}")
-        return r.json()["data"][0]["id"]
+            raise ConfigError(f"{self.url}{path} answered {r.status_code}: {r.text[:200]}")
+        try:
+            return r.json()
+        except ValueError as e:
+            raise ConfigError(f"{self.url}{path} did not answer JSON: {r.text[:200]!r}") from e
+
+    def _served(self, model: str | None) -> str:
+        """`model` if the server serves it, else its first model; ConfigError otherwise."""
+        body = self._json(self._request("GET", "/v1/models", 30), "/v1/models")
+        ids = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)] if isinstance(body, dict) else []
+        if not ids:
+            raise ConfigError(f"{self.url}/v1/models lists no model: {str(body)[:200]}")
+        if model is not None and model not in ids:
+            raise ConfigError(f"{self.url} serves {', '.join(map(str, ids))}, not {model!r}")
+        return model or ids[0]
 
     def metrics(self) -> dict:
-        return parse_metrics(httpx.get(self.url + "/metrics", headers=self.headers, timeout=30).text)
+        r = self._request("GET", "/metrics", 30)
+        if r.status_code != 200:
+            raise ConfigError(f"{self.url}/metrics answered {r.status_code}: {r.text[:200]}")
+        return parse_metrics(r.text)
 
     def body(self, prompt: str, max_tokens: int, spec: dict | None) -> dict:
         b = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
@@ -68,9 +92,8 @@ class Endpoint:
         return {**b, "speculative": spec} if spec is not None else b
 
     def supports_speculative(self) -> bool:
-        r = httpx.post(self.url + "/v1/completions", headers=self.headers, timeout=120,
-                       json=self.body("x", 1, {"method": "none"}))
-        return r.status_code == 200 and "draft_tokens" in (r.json().get("usage") or {})
+        r = self._request("POST", "/v1/completions", 120, json=self.body("x", 1, {"method": "none"}))
+        return r.status_code == 200 and "draft_tokens" in (self._json(r, "/v1/completions").get("usage") or {})
 
     async def run(self, prompts: list[str], max_tokens: int, spec: dict | None, concurrency: int) -> dict:
         """Send every prompt (at most `concurrency` at once); timing and /metrics deltas."""
@@ -82,11 +105,15 @@ class Endpoint:
                 nonlocal tokens
                 async with sem:
                     t0 = time.perf_counter()
-                    r = await c.post(self.url + "/v1/completions", json=self.body(p, max_tokens, spec))
-                    if r.status_code != 200:
-                        raise ConfigError(f"{self.url} answered {r.status_code}: {r.text[:300]}")
+                    try:
+                        r = await c.post(self.url + "/v1/completions", json=self.body(p, max_tokens, spec))
+                    except httpx.HTTPError as e:
+                        raise ConfigError(f"{self.url}/v1/completions: {type(e).__name__}: {e}") from e
                     lat.append(time.perf_counter() - t0)
-                    tokens += r.json()["usage"]["completion_tokens"]
+                    usage = self._json(r, "/v1/completions").get("usage") or {}
+                    if not isinstance(usage.get("completion_tokens"), int):
+                        raise ConfigError(f"{self.url}/v1/completions answered without usage.completion_tokens")
+                    tokens += usage["completion_tokens"]
             before = await asyncio.to_thread(self.metrics)
             t0 = time.perf_counter()
             await asyncio.gather(*(one(p) for p in prompts))

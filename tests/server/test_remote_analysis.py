@@ -128,3 +128,63 @@ def test_check_config_serves_the_table_locally(tiny_dirs, tmp_path):
     rows = json.loads((tmp_path / "out" / "check.json").read_text())
     assert [(r["range"], r["k"], r["concurrency"]) for r in rows] == [("1-1", 2, 1), ("2-2", 0, 2)]
     assert rows[0]["table_vs_fixed"] > 0 and rows[1]["table_vs_fixed"] is None
+
+
+class _Answer:
+    """A loopback HTTP server that answers every request with one canned status and body."""
+
+    def __init__(self, status: int, body: str):
+        import http.server
+        import threading
+        answer = (status, body.encode())
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _reply(self):
+                self.send_response(answer[0])
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(answer[1])
+            do_GET = do_POST = _reply
+
+            def log_message(self, *a):
+                pass
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def _refused_url() -> str:
+    import socket
+    with socket.socket() as s:            # a port nobody listens on once this socket closes
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("case, says", [
+    ("refused", "/v1/models: ConnectError"),
+    ("500", "/v1/models answered 500"),
+    ("not json", "/v1/models did not answer JSON"),
+    ("no model", "/v1/models lists no model"),
+    ("other model", "serves other-model, not 'mine'"),
+])
+def test_a_bad_endpoint_is_one_line_and_exit_code_2(case, says, tmp_path, capsys):
+    srv = None
+    if case == "refused":
+        url = _refused_url()
+    else:
+        status, body = {"500": (500, '{"error": "boom"}'), "not json": (200, "<html>"),
+                        "no model": (200, '{"data": []}'),
+                        "other model": (200, '{"data": [{"id": "other-model"}]}')}[case]
+        srv = _Answer(status, body)
+        url = srv.url
+    try:
+        rc = main(["analyze", "--endpoint", url, "--served-model", "mine", "--workload", "code",
+                   "--remote-prompts", "1", "--max-new-tokens", "4", "--out", str(tmp_path)])
+    finally:
+        if srv is not None:
+            srv.close()
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and url in err and "Traceback" not in err, err
