@@ -219,7 +219,7 @@ def _config(meta: dict, arch: str, tensors: dict, where: str) -> dict:
 
 def _expected(c: ModelConfig, arch: str) -> dict[str, tuple[str, tuple[int, ...], int]]:
     """GGUF tensor name -> (Hugging Face name, numpy shape, heads to un-permute or 0)."""
-    d, hd, f, v = c.hidden_size, c.head_dim, c.intermediate_size, c.vocab_size
+    d, hd, f, v = c.hidden_size, int(c.head_dim or 0), c.intermediate_size, c.vocab_size   # head_dim: set
     q, kv = c.num_attention_heads * hd, c.num_key_value_heads * hd
     shapes = {MODEL_TENSOR.TOKEN_EMBD: (v, d), MODEL_TENSOR.OUTPUT_NORM: (d,), MODEL_TENSOR.OUTPUT: (v, d),
               MODEL_TENSOR.ATTN_NORM: (d,), MODEL_TENSOR.FFN_NORM: (d,), MODEL_TENSOR.ATTN_Q: (q, d),
