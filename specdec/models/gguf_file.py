@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from gguf.quants import dequantize
 
 from ..errors import CheckpointError
 from .config import ModelConfig
+from .gguf_int4 import q4_0_to_int4, rows as int4_rows
 from .gguf_vocab import build_tokenizer
 
 # general.architecture -> the Hugging Face class whose layout it holds
@@ -116,11 +118,25 @@ class GGUFCheckpoint:
             out[t] = out.get(t, 0) + 1
         return out
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    def state_dict(self, int4: Collection[str] = ()) -> dict[str, torch.Tensor]:
         """Every parameter, dequantized to float32 by `gguf.quants.dequantize` one tensor at a
-        time, in Hugging Face names and layout (lm_head absent when tied)."""
-        out = {}
+        time, in Hugging Face names and layout (lm_head absent when tied). `int4`: linears
+        ("model.layers.0.mlp.up_proj", "lm_head"...) whose Q4_0 weights come in specdec's int4
+        layout instead, exactly (gguf_int4.py): "<name>.weight" uint8 and "<name>.weight_scale";
+        a tied lm_head then gets the embedding's."""
+        out, keep = {}, set(int4)
+        tied = "lm_head" in keep and self.config["tie_word_embeddings"]
         for name, t, heads in self._tensors:
+            module = name.rsplit(".", 1)[0]
+            if t.tensor_type == Q.Q4_0 and name.endswith(".weight") and (module in keep or (
+                    tied and module == "model.embed_tokens")):
+                q, s = q4_0_to_int4(t.data)
+                q, s = (int4_rows(q, heads), int4_rows(s, heads)) if heads else (q, s)
+                out[("lm_head" if module == "model.embed_tokens" else module) + ".weight_scale"] = s
+                if module != "model.embed_tokens":
+                    out[name] = q
+                    continue
+                out["lm_head.weight"] = q                  # and the embedding itself in float32 below
             w = dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)   # numpy shape: dims reversed
             if heads:
                 w = _unpermute(w, heads)

@@ -85,13 +85,17 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
                           f"with --dtype {stored}, or without --dtype")
     check_weights(weights, cfg)
     check_checkpoint(path, device, weights, cfg.vocab_size * cfg.hidden_size, sizes)   # before any weight is read
-    sd = ck.state_dict() if ck is not None else _read_state_dict(path)
     model = empty_model(cfg, weights)
-    if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):
+    if ck is not None:                                      # a Q4_0 file's int4 load keeps its blocks exactly
+        sd = ck.state_dict(int4=quantized_names(model) if weights == "int4" else ())
+    else:
+        sd = _read_state_dict(path)
+    if ("model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd)
+            and "lm_head.weight_scale" not in sd):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied, or omitted by the checkpoint
     sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq") and not (mtp and _mtp_key(k, cfg))}
     if weights != "float32" and stored == "float32":
-        round_state_dict(sd, quantized_names(model), weights)
+        round_state_dict(sd, [n for n in quantized_names(model) if n + ".weight_scale" not in sd], weights)
     try:
         model.load_state_dict(sd, strict=True)             # copied into the fp32 parameters tensor by tensor
     except RuntimeError as e:

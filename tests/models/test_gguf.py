@@ -23,6 +23,7 @@ from specdec.models import gguf_file, loader, memory
 from specdec.models.gguf_file import SUPPORTED_TYPES, read_gguf
 from specdec.models.head_loader import weights_sha256
 from specdec.models.loader import load_model
+from specdec.models.quantize import dequantize, int4_groupwise, quantized_linears, quantized_names, quantized_weight
 from tests.models.test_hf_parity import COMMON
 from tests.real_models import smollm2_gguf
 
@@ -75,8 +76,9 @@ def to_ggml_rows(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(path, hf, arch: str, vocab: dict, linear: Q = Q.F32, skip=(), meta=None, extra=None):
-    """`hf`'s weights as a GGUF file of architecture `arch`, its 2-D weights stored as `linear`."""
+def write_gguf(path, hf, arch: str, vocab: dict, linear: Q = Q.F32, skip=(), meta=None, extra=None, edit=None):
+    """`hf`'s weights as a GGUF file of architecture `arch`, its 2-D weights stored as `linear`
+    (their quantized bytes passed through `edit`, where given)."""
     c, w = hf.config, gguf.GGUFWriter(str(path), arch)
     w.add_block_count(c.num_hidden_layers)
     w.add_context_length(c.max_position_embeddings)
@@ -114,7 +116,8 @@ def write_gguf(path, hf, arch: str, vocab: dict, linear: Q = Q.F32, skip=(), met
         if arch != "qwen2" and ("q_proj" in name or "k_proj" in name):
             a = to_ggml_rows(a, heads)
         if a.ndim == 2 and linear != Q.F32:
-            w.add_tensor(g, gguf.quants.quantize(a, linear), raw_dtype=None if linear == Q.F16 else linear)
+            stored = gguf.quants.quantize(a, linear)
+            w.add_tensor(g, edit(stored) if edit else stored, raw_dtype=None if linear == Q.F16 else linear)
         else:
             w.add_tensor(g, a)
     for g, a in (extra or {}).items():
@@ -170,6 +173,30 @@ def test_quantized_loads_round_the_dequantized_weights(tmp_path):
         assert m.weight_dtype == weights
         with torch.no_grad():
             assert (m(tokens, torch.arange(9)[None]) - plain(tokens, torch.arange(9)[None])).abs().max() < 0.5
+
+
+def no_zero_nibble(blocks: np.ndarray) -> np.ndarray:
+    """Q4_0 blocks (18 bytes: fp16 d, 16 nibble bytes) with no q of 0, as an importance-weighted
+    quantizer may write them: re-rounding their weights would not give them back."""
+    b = blocks.reshape(blocks.shape[0], -1, 18).copy()
+    b[..., 2:] |= 0x11
+    return b.reshape(blocks.shape)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_q4_0_file_loads_as_int4_exactly(tmp_path, tied):
+    path = write_gguf(tmp_path / "m.gguf", tiny_hf("llama", 300, tied), "llama", gpt2_vocab(300), linear=Q.Q4_0,
+                      edit=no_zero_nibble)
+    ref = read_gguf(path).state_dict()                                       # gguf's dequantization, float32
+    model = load_model(path, weights="int4", prepare=False)
+    for name, linear in zip(quantized_names(model), quantized_linears(model)):
+        want = ref["model.embed_tokens.weight" if tied and name == "lm_head" else name + ".weight"]
+        assert torch.equal(dequantize(*quantized_weight(linear)), want), name
+        assert not torch.equal(dequantize(*int4_groupwise(want)), want)      # re-rounding would move them
+    assert torch.equal(model.model.embed_tokens.weight, ref["model.embed_tokens.weight"])
+    tokens, pos = torch.randint(0, 300, (1, 9)), torch.arange(9)[None]      # the int4 kernels on them: the float model
+    with torch.no_grad():
+        assert torch.allclose(load_model(path, weights="int4")(tokens, pos), load_model(path)(tokens, pos), atol=1e-4)
 
 
 def test_unsupported_architecture_and_type_are_named(tmp_path):
