@@ -220,6 +220,12 @@ def _config(meta: dict, arch: str, tensors: dict, where: str) -> dict:
         "bos_token_id": meta.get(Keys.Tokenizer.BOS_ID),
         "eos_token_id": meta.get(Keys.Tokenizer.EOS_ID),
     }
+    sizes = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+             "head_dim")
+    bad = [k for k in sizes if not (isinstance(cfg[k], int) and cfg[k] >= 1)]
+    if bad or cfg["num_hidden_layers"] * len(LAYER) > len(tensors) or (arch in PERMUTED and cfg["head_dim"] % 2):
+        detail = ", ".join(f"{k} = {cfg[k]}" for k in (bad or sizes))
+        raise CheckpointError(f"{where}: corrupt metadata ({detail}) for its {len(tensors)} tensors")
     scaling = meta.get(Keys.Rope.SCALING_TYPE.format(arch=arch))
     if scaling not in (None, "none"):
         cfg["rope_scaling"] = {"rope_type": scaling,

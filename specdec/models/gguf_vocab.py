@@ -77,12 +77,15 @@ def merges_from_scores(tokens: list[str], scores: list[float]) -> list[tuple[str
     return [(left, right) for left, right, _ in found]
 
 
-def _split(merges: list[str], where: str) -> list[tuple[str, str]]:
+def _split(merges: list[str], vocab: dict[str, int], where: str) -> list[tuple[str, str]]:
+    """The file's "left right" merges as pairs, each of known tokens making a known token
+    (`tokenizers` panics, uncatchably, on one that does not)."""
     out = []
     for m in merges:
         pair = m.split(" ")
-        if len(pair) != 2:
-            raise CheckpointError(f"{where}: malformed merge {m!r} in {Keys.Tokenizer.MERGES} (not two tokens)")
+        if len(pair) != 2 or pair[0] not in vocab or pair[1] not in vocab or pair[0] + pair[1] not in vocab:
+            raise CheckpointError(f"{where}: merge {m!r} in {Keys.Tokenizer.MERGES} is not two tokens of the "
+                                  "vocabulary making a third")
         out.append((pair[0], pair[1]))
     return out
 
@@ -104,7 +107,7 @@ def _byte_level(meta: Mapping, tokens: list[str], where: str) -> tuple[Tokenizer
     alphabet = set(spell.values())
     vocab = {t if set(t) <= alphabet else "".join(spell[b] for b in t.encode("utf-8")): i
              for i, t in enumerate(tokens)}
-    merges = _split(meta.get(Keys.Tokenizer.MERGES) or [], where)
+    merges = _split(meta.get(Keys.Tokenizer.MERGES) or [], vocab, where)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False))
     tok.pre_tokenizer = _pre_tokenizer(meta.get(Keys.Tokenizer.PRE))
@@ -115,7 +118,7 @@ def _byte_level(meta: Mapping, tokens: list[str], where: str) -> tuple[Tokenizer
 def _sentencepiece(meta: Mapping, tokens: list[str], where: str) -> tuple[Tokenizer, dict[str, int]]:
     vocab = {t: i for i, t in enumerate(tokens)}
     if meta.get(Keys.Tokenizer.MERGES) is not None:
-        merges = _split(meta[Keys.Tokenizer.MERGES], where)
+        merges = _split(meta[Keys.Tokenizer.MERGES], vocab, where)
     else:
         scores = meta.get(Keys.Tokenizer.SCORES)
         if scores is None or len(scores) != len(tokens):
@@ -160,6 +163,20 @@ def build_tokenizer(meta: Mapping, where: str) -> tuple[str, dict]:
             raise CheckpointError(f"{where}: {key} = {i!r} is not a token id (the vocabulary has {len(tokens)})")
         config[name] = tokens[i] if i is not None else None
 
+    try:
+        tok = _assemble(kind, meta, tokens, types, config, where)
+    except CheckpointError:
+        raise
+    except Exception as e:                      # noqa: BLE001 - tokenizers raises bare Exceptions on bad vocabularies
+        raise CheckpointError(f"{where}: its vocabulary does not make a tokenizer: {' '.join(str(e).split())[:200]}") from e
+    template = meta.get(Keys.Tokenizer.CHAT_TEMPLATE)
+    if isinstance(template, str):
+        config["chat_template"] = template
+    return tok.to_str(), config
+
+
+def _assemble(kind: str, meta: Mapping, tokens: list[str], types: list[int], config: dict, where: str) -> Tokenizer:
+    """The tokenizer, its added tokens and post-processor; sets `config`'s add_bos/eos_token."""
     tok, vocab = (_byte_level if kind == "gpt2" else _sentencepiece)(meta, tokens, where)
     spelled = set(byte_alphabet().values()) if kind == "gpt2" else None
     control = [t for t, ty in zip(tokens, types) if ty == TokenType.CONTROL and (spelled is None or set(t) <= spelled)]
@@ -177,8 +194,5 @@ def build_tokenizer(meta: Mapping, where: str) -> tuple[str, dict]:
     add_eos = config.get("add_eos_token", False) and config["eos_token"] is not None
     tok.post_processor = _post_processor(config["bos_token"] if add_bos else None, meta.get(Keys.Tokenizer.BOS_ID),
                                          config["eos_token"] if add_eos else None, meta.get(Keys.Tokenizer.EOS_ID))
-    template = meta.get(Keys.Tokenizer.CHAT_TEMPLATE)
-    if isinstance(template, str):
-        config["chat_template"] = template
-    return tok.to_str(), config
+    return tok
 

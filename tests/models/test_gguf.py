@@ -217,8 +217,32 @@ def test_tensors_that_do_not_match_the_metadata(tmp_path):
         read_gguf(write_gguf(tmp_path / "b.gguf", hf, "llama", vocab, extra={"blk.0.attn_q_norm.weight": np.ones(16, np.float32)}))
     with pytest.raises(CheckpointError, match=r"blk.0.ffn_gate.weight has shape \(96, 64\), the metadata implies \(128, 64\)"):
         read_gguf(write_gguf(tmp_path / "c.gguf", hf, "llama", vocab, meta={"add_feed_forward_length": 128}))
+    with pytest.raises(CheckpointError, match="corrupt metadata .*num_hidden_layers = 4000000000"):
+        read_gguf(write_gguf(tmp_path / "e.gguf", hf, "llama", vocab, meta={"add_block_count": 4_000_000_000}))
+    with pytest.raises(CheckpointError, match="corrupt metadata .*num_key_value_heads = 0"):
+        read_gguf(write_gguf(tmp_path / "f.gguf", hf, "llama", vocab, meta={"add_head_count_kv": 0}))
     with pytest.raises(CheckpointError, match="rope_freqs.weight"):
         read_gguf(write_gguf(tmp_path / "d.gguf", hf, "llama", vocab, extra={"rope_freqs.weight": np.ones(8, np.float32)}))
+
+
+def test_a_broken_vocabulary_is_refused(tmp_path):
+    hf, vocab = tiny_hf("llama", 300), gpt2_vocab(300)
+    cases = {"merge 'q z' in tokenizer.ggml.merges is not two tokens": {**vocab, "merges": vocab["merges"] + ["q z"]},
+             "tokenizer 'bert'": {**vocab, "model": "bert"},
+             "tokenizer.ggml.bos_token_id = 999 is not a token id": {**vocab, "bos": 999}}
+    for i, (message, bad) in enumerate(cases.items()):
+        with pytest.raises(CheckpointError, match=message):
+            read_gguf(write_gguf(tmp_path / f"{i}.gguf", hf, "llama", bad))
+
+
+def test_rope_scaling_metadata(tmp_path):
+    hf, vocab = tiny_hf("llama", 300), gpt2_vocab(300)
+    linear = {"add_rope_scaling_type": gguf.RopeScalingType.LINEAR, "add_rope_scaling_factor": 4.0}
+    ck = read_gguf(write_gguf(tmp_path / "a.gguf", hf, "llama", vocab, meta=linear))
+    assert ck.config["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}
+    with pytest.raises(CheckpointError, match="rope scaling 'yarn' is not supported"):
+        read_gguf(write_gguf(tmp_path / "b.gguf", hf, "llama", vocab, meta={**linear, "add_rope_scaling_type":
+                                                                             gguf.RopeScalingType.YARN}))
 
 
 @pytest.fixture(scope="module")
