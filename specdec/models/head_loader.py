@@ -27,9 +27,13 @@ MTP_KEY = "num_nextn_predict_layers"    # DeepSeek-V3's config field: how many M
 
 
 def weights_sha256(checkpoint: str | Path) -> str:
-    """SHA-256 of a checkpoint's weights file(s): what a head names as its target."""
+    """SHA-256 of a checkpoint's weights file(s): what a head names as its target. A checkpoint
+    that is one file (a GGUF) is hashed whole."""
     path, h = Path(checkpoint), hashlib.sha256()
-    files = [path / "model.safetensors"] if (path / "model.safetensors").exists() else sorted(path.glob("*.safetensors"))
+    if path.is_file():
+        files = [path]
+    else:
+        files = [path / "model.safetensors"] if (path / "model.safetensors").exists() else sorted(path.glob("*.safetensors"))
     for f in files:
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 22), b""):

@@ -1,9 +1,10 @@
-"""Load and save Hugging Face checkpoint directories.
+"""Load and save Hugging Face checkpoint directories, and load GGUF files.
 
 A directory holds `config.json`, `model.safetensors` (or a sharded
 `model.safetensors.index.json`) and `tokenizer.json`. Weights may be stored in
 fp16/bf16; they are upcast to float32 at load because bf16 compute is unusably slow
-on the CPUs we target.
+on the CPUs we target. A GGUF file (llama.cpp's format, models/gguf_file.py) loads the same
+way: its config and its weights, dequantized to float32, take the folder's place.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from safetensors.torch import load_file, save_file
 
 from ..errors import CheckpointError, ConfigError
 from .config import ModelConfig
+from .gguf_file import read_gguf
 from .llama import LlamaModel
 from .linear import choose_kernel
-from .memory import check_checkpoint
+from .memory import check_checkpoint, gguf_sizes
 from .quantize import (QUANT_CONFIGS, check_weights, quant_layout, quantized_names,
                        round_state_dict, stored_weights)
 from .chat_template import SPECIAL_NAMES
@@ -58,18 +60,24 @@ def empty_model(cfg: ModelConfig, weights: str) -> LlamaModel:
 def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
                prepare: bool = True, exact: bool = True, compile: bool | None = None,
                weights: str | None = None) -> LlamaModel:
-    """Build a `LlamaModel` from a checkpoint directory and load its weights. `exact`: a
+    """Build a `LlamaModel` from a checkpoint directory or a GGUF file (models/gguf_file.py)
+    and load its weights. `exact`: a
     row-invariant linear kernel (a target's; models/linear.py), else the fastest (a draft's).
     `compile`: the compiled decoder (models/native on the CPU, CUDA graphs on CUDA) where it
     builds (None, the default), always (True: a ConfigError where it cannot) or never (False:
     eager PyTorch). `weights`: "float32", "int8" or "int4" (rounded at load,
-    models/quantize.py), or None: as stored (what `specdec quantize` wrote, else float32)."""
+    models/quantize.py), or None: as stored (what `specdec quantize` wrote, else float32; a
+    GGUF's weights are dequantized to float32, then rounded like a float32 folder's)."""
     path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"checkpoint directory not found: {path}")
-    cfg = ModelConfig.from_file(path / "config.json")
     check_weights(weights)
-    raw = json.loads((path / "config.json").read_text())
+    if path.is_file():                                      # a GGUF, or read_gguf says what it is not
+        ck = read_gguf(path)                                # checked whole before a weight is read
+        cfg, raw, sizes = ModelConfig.from_dict(ck.config), ck.config, gguf_sizes(ck)
+    elif path.is_dir():
+        cfg = ModelConfig.from_file(path / "config.json")
+        raw, sizes, ck = json.loads((path / "config.json").read_text()), None, None
+    else:
+        raise CheckpointError(f"checkpoint not found: {path} (a Hugging Face checkpoint folder or a .gguf file)")
     stored = stored_weights(raw)
     mtp = bool(raw.get("num_nextn_predict_layers"))         # MTP layers ride along: not decoded here
     weights = weights or stored
@@ -77,14 +85,18 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
         raise ConfigError(f"{path.name} stores {stored} weights (written by `specdec quantize`): load it "
                           f"with --dtype {stored}, or without --dtype")
     check_weights(weights, cfg)
-    check_checkpoint(path, device, weights, cfg.vocab_size * cfg.hidden_size)   # before any weight is read
-    sd = _read_state_dict(path)
+    check_checkpoint(path, device, weights, cfg.vocab_size * cfg.hidden_size, sizes)   # before any weight is read
     model = empty_model(cfg, weights)
-    if "model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd):
+    if ck is not None:                                      # a Q4_0 file's int4 load keeps its blocks exactly
+        sd = ck.state_dict(int4=quantized_names(model) if weights == "int4" else ())
+    else:
+        sd = _read_state_dict(path)
+    if ("model.embed_tokens.weight" in sd and (cfg.tie_word_embeddings or "lm_head.weight" not in sd)
+            and "lm_head.weight_scale" not in sd):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]  # tied, or omitted by the checkpoint
     sd = {k: v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq") and not (mtp and _mtp_key(k, cfg))}
     if weights != "float32" and stored == "float32":
-        round_state_dict(sd, quantized_names(model), weights)
+        round_state_dict(sd, [n for n in quantized_names(model) if n + ".weight_scale" not in sd], weights)
     try:
         model.load_state_dict(sd, strict=True)             # copied into the fp32 parameters tensor by tensor
     except RuntimeError as e:

@@ -10,7 +10,10 @@ process being killed half-way through a load.
 - **A checkpoint's load** needs its weights as stored (read whole by safetensors) plus, for
   float32 weights, FP32_COPIES float32 copies of every parameter; for int8 or int4 weights,
   the fp32 embedding, QUANT_BYTES a parameter (kept and packed), the rounding's temporaries and SLACK
-  (`load_bytes`). The shapes come from the safetensors headers, so nothing is read first.
+  (`load_bytes`). The shapes come from the safetensors headers, so nothing is read first. A GGUF
+  file's load holds the file (memory-mapped, its pages brought in as tensors are read) and
+  every parameter dequantized to float32, from the tensor shapes in its header (`gguf_sizes`),
+  where a folder's holds its weights as stored.
 - **A KV cache** needs 2 x layers x rows x kv_heads x max_len x head_dim elements; it is
   zero-filled when allocated, so all of it is touched at once.
 """
@@ -21,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ResourceError
+from ..errors import CheckpointError, ResourceError
+from .gguf_file import GGUFCheckpoint, is_gguf, read_gguf
 
 # float32 copies of the parameters at the peak of a float32 CPU load, beyond the stored weights:
 # the module, into which the stored tensors are copied one by one, and the compiled decoder's
@@ -83,10 +87,22 @@ def require(need: int, what: str, fix: str, device: torch.device) -> None:
         raise ResourceError(f"{what} needs about {gib(need)}, but only {gib(have)} is available {where}; {fix}")
 
 
+def gguf_sizes(ck: GGUFCheckpoint) -> tuple[int, int]:
+    """(parameters, bytes the read holds) of a GGUF file: the file itself, and the float32
+    copy of every parameter that dequantization makes (4 bytes each)."""
+    return ck.numel, ck.path.stat().st_size + 4 * ck.numel
+
+
 def checkpoint_bytes(path: Path) -> tuple[int, int] | None:
-    """(parameters, bytes as stored) from the safetensors headers of checkpoint `path`; None if
-    they cannot be read (the load then reports what is wrong)."""
+    """(parameters, bytes as stored) from the safetensors headers of checkpoint `path`, or the
+    header of a GGUF file (`gguf_sizes`); None if they cannot be read (the load then reports
+    what is wrong)."""
     from safetensors import safe_open
+    if is_gguf(path):
+        try:
+            return gguf_sizes(read_gguf(path))
+        except CheckpointError:
+            return None
     index = path / "model.safetensors.index.json"
     try:
         files = ([path / "model.safetensors"] if not index.exists() else
@@ -104,10 +120,12 @@ def checkpoint_bytes(path: Path) -> tuple[int, int] | None:
         return None
 
 
-def load_bytes(path: Path, weights: str, embed_numel: int) -> tuple[int, int] | None:
+def load_bytes(path: Path, weights: str, embed_numel: int,
+               sizes: tuple[int, int] | None = None) -> tuple[int, int] | None:
     """(bytes a CPU load of checkpoint `path` needs at its peak, parameters), or None when its
-    headers cannot be read; `embed_numel`: vocabulary x hidden size (the module docstring)."""
-    sizes = checkpoint_bytes(path)
+    headers cannot be read; `embed_numel`: vocabulary x hidden size (the module docstring);
+    `sizes`: `checkpoint_bytes(path)` where the caller has it already."""
+    sizes = sizes or checkpoint_bytes(path)
     if sizes is None:
         return None
     numel, stored = sizes
@@ -117,10 +135,12 @@ def load_bytes(path: Path, weights: str, embed_numel: int) -> tuple[int, int] | 
     return int(stored + FP32_COPIES * 4 * numel), numel
 
 
-def check_checkpoint(path: Path, device: str, weights: str = "float32", embed_numel: int = 0) -> None:
-    """Refuse to load checkpoint `path` with `weights` ("float32", "int8", "int4") if its load
-    would not fit (see the module docstring)."""
-    got = load_bytes(path, weights, embed_numel)
+def check_checkpoint(path: Path, device: str, weights: str = "float32", embed_numel: int = 0,
+                     sizes: tuple[int, int] | None = None) -> None:
+    """Refuse to load checkpoint `path` (a folder or a GGUF file) with `weights` ("float32",
+    "int8", "int4") if its load would not fit (see the module docstring); `sizes`: as for
+    `load_bytes`."""
+    got = load_bytes(path, weights, embed_numel, sizes)
     if got is None:
         return
     need, numel = got
