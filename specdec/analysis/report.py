@@ -53,7 +53,8 @@ def build_blocks(summary: dict, meta: dict) -> list:
     cells, err = summary["cells"], summary["errors"]
     B = [("h", 1, f"Does speculation pay? {summary['method']}"),
          ("p", summary["verdict"], "verdict"),
-         ("p", f"Target `{meta['target']}`; proposer: {summary['method']}. {meta['when']}, device {meta['device']}, "
+         ("p", f"Target `{meta['target']}`{_weights(meta.get('target_weights'))}; proposer: {summary['method']}. "
+               f"{meta['when']}, device {meta['device']}, "
                f"{meta['threads']} threads. {meta['groups']} repeats per cell (different prompts; plain and "
                f"every k decoded in lockstep), {meta['max_new_tokens']} new tokens per prompt; costs: "
                f"{summary['cost_table']['source']}. Wall time {meta['wall_s']:.0f} s.")]
@@ -214,3 +215,12 @@ def write_report(out: Path, summary: dict, costs, meta: dict) -> dict[str, Path]
                                                 summary["k_table"]["num_speculative_tokens_per_batch_size"]},
                                                indent=1) + "\n", encoding="utf-8")
     return paths
+
+
+def _weights(prov: dict | None) -> str:
+    """" (weights: stored Q4_1 x210, ...; dequantized to float32 at load)", or "" for a
+    model loaded as stored."""
+    if not prov or prov.get("how") == "as stored":
+        return ""
+    stored = ", ".join(f"{t} x{n}" if n else t for t, n in prov["stored"].items())
+    return f" (stored {stored}; {prov['how']})"

@@ -123,6 +123,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
                             q_max=q_max, new_tokens=plan.max_new_tokens - 1)
         bars.update(task, advance=1)
         meta = {"target": str(models.target_path), "draft": str(models.draft_path) if models.draft_path else None,
+                "target_weights": getattr(models.target, "provenance", None),
                 "device": device, "threads": torch.get_num_threads(), "groups": plan.groups,
                 "max_new_tokens": plan.max_new_tokens, "prompt_tokens": s["prompt_tokens"],
                 "settings": s, "workloads": names, "grid": "full" if full else "star", "quick": quick,

@@ -117,7 +117,8 @@ def run(args) -> int:
     for seq in seqs:
         stats = seq.stats.as_dict(seq.num_output)
         if args.json:
-            print(json.dumps({"text": tok.decode(seq.output_ids), "token_ids": seq.output_ids, "stats": stats}))
+            print(json.dumps({"text": tok.decode(seq.output_ids), "token_ids": seq.output_ids, "stats": stats,
+                              "weights": models.target.provenance}))
         else:
             if stream:
                 print()

@@ -165,6 +165,7 @@ class LlamaModel(nn.Module):
         self.kernel: LinearKernel | None = None
         self.native: native.NativeForward | None = None
         self.graphs = None        # CudaGraphs on CUDA, set by the loader (models/cuda_graphs.py)
+        self.provenance: dict | None = None   # the weights' file, stored types and how (loader.provenance)
 
     def reset_rope(self) -> None:
         """inv_freq (D/2,) from the config (again after a load into uninitialised storage)."""

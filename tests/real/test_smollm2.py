@@ -1,6 +1,7 @@
-"""SmolLM2-135M-Instruct as users hold it: its tokenizer's own rules, its chat template, and
-greedy output equal to transformers' on the same weights (and speculative output equal to
-plain). The GGUF file is read by transformers into a float32 folder (conftest.py)."""
+"""SmolLM2-135M-Instruct as users hold it: its tokenizer's own rules and its chat template
+(read from the GGUF file itself, and from the folder transformers makes of it), greedy output
+of the GGUF file equal to transformers' on the same weights, speculative output equal to
+plain, and the server and the CLI on the file."""
 from __future__ import annotations
 
 import pytest
@@ -18,42 +19,70 @@ N_SPEC, SPEC_TOKENS, K = 6, 48, 4  # chats decoded speculatively and compared wi
 SKIP_LAYERS = 12                  # layer-skip's draft depth (of 30): given, so nothing is calibrated
 
 
+# llama.cpp's ids for a text where a digit follows a whitespace run (llama-tokenize on the file):
+# the file's pre-tokenizer ("smollm") splits digits off first, so "\n\n" stays one token
+LLAMACPP_IDS = ("x.\n\n2. ab", [104, 30, 1116, 34, 30, 453])
+
+
 @pytest.fixture(scope="module")
 def hf_tokenizer(hf_folder):
+    """transformers' tokenizer of the folder it wrote: the reference for the folder, and for
+    the prompt ids the model comparisons feed."""
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(hf_folder)
 
 
-@pytest.fixture(scope="module")
-def tokenizer(hf_folder):
-    return load_tokenizer(hf_folder)
+@pytest.fixture(scope="module", params=["gguf", "folder"])
+def pair(request, gguf_path, hf_folder):
+    """(specdec's tokenizer, transformers' reference) from the GGUF file's metadata and from
+    transformers' folder (tokenizer_config.json, chat_template.jinja). transformers' GGUF reader
+    leaves out the digit split the file's `smollm` pre-tokenizer declares (llama.cpp and the
+    model's own tokenizer make it), so the GGUF's reference is transformers' with that split."""
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+    ref = AutoTokenizer.from_pretrained(hf_folder)
+    if request.param == "gguf":
+        ref.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    return load_tokenizer(gguf_path if request.param == "gguf" else hf_folder), ref
 
 
 @pytest.fixture(scope="module")
-def target(hf_folder):
+def tokenizer(gguf_path):
+    return load_tokenizer(gguf_path)
+
+
+@pytest.fixture(scope="module")
+def target(gguf_path):
     torch.set_num_threads(1)
-    return load_model(hf_folder)
+    return load_model(gguf_path)
 
 
 def hf_chat_ids(hf_tokenizer, msgs) -> list[int]:
     return list(hf_tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)["input_ids"])
 
 
-def test_plain_prompts_get_the_checkpoints_special_tokens(tokenizer, hf_tokenizer):
+def test_plain_prompts_get_the_checkpoints_special_tokens(pair):
+    ours, ref = pair
     texts = plain_texts(N_PLAIN)
-    ours = [tokenizer.encode(t) for t in texts]
-    theirs = [hf_tokenizer(t).input_ids for t in texts]
-    assert ours == theirs
-    assert tokenizer.prefix == []           # SmolLM2 adds no BOS to plain text
+    assert [ours.encode(t) for t in texts] == [ref(t).input_ids for t in texts]
+    assert ours.prefix == []                 # SmolLM2 adds no BOS to plain text
 
 
-def test_chat_prompts_equal_transformers_template(tokenizer, hf_tokenizer):
-    template = ChatTemplate(tokenizer)
-    assert template.kind == "checkpoint"    # found in chat_template.jinja
+def test_the_gguf_tokenizer_splits_as_llama_cpp(tokenizer):
+    text, ids = LLAMACPP_IDS
+    assert tokenizer.encode(text) == ids
+
+
+def test_chat_prompts_equal_transformers_template(pair):
+    ours, ref = pair
+    template = ChatTemplate(ours)
+    assert template.kind == "checkpoint"     # found in chat_template.jinja, or in the GGUF's metadata
     for msgs in chats(N_CHATS):
         ids = template.encode(msgs)
-        assert ids == hf_chat_ids(hf_tokenizer, msgs), msgs
-        assert ids[0] == tokenizer.bos_id and ids[1] != tokenizer.bos_id   # one <|im_start|>, not two
+        assert ids == hf_chat_ids(ref, msgs), msgs
+        assert ids[0] == ours.bos_id and ids[1] != ours.bos_id   # one <|im_start|>, not two
 
 
 def plain_greedy(target, prompts: list[list[int]], max_new: int) -> list[list[int]]:
@@ -107,3 +136,15 @@ def test_a_chat_completion_carries_transformers_prompt_ids(target, tokenizer, hf
         r = httpx.post(url + "/v1/chat/completions", json={"messages": msgs, "max_tokens": 16, "temperature": 0}, timeout=60).json()
     assert r["usage"]["prompt_tokens"] == len(ids)
     assert r["choices"][0]["message"]["content"] == tokenizer.decode(want)
+
+
+def test_generate_chat_on_the_gguf_file_says_how_its_weights_were_read(gguf_path, hf_tokenizer, target, capsys):
+    import json
+    from specdec.cli import main
+    msg = "Write a haiku about the sea."
+    assert main(["generate", "--target", str(gguf_path), "--chat", msg, "--method", "ngram", "--k", "3",
+                 "--max-new-tokens", "12", "--threads", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    [want] = plain_greedy(target, [hf_chat_ids(hf_tokenizer, [{"role": "user", "content": msg}])], 12)
+    assert out["token_ids"] == want
+    assert out["weights"]["stored"]["Q4_1"] > 0 and out["weights"]["how"] == "dequantized to float32 at load"
