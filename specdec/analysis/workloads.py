@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 import hashlib
 import random as _random
 
@@ -105,7 +106,7 @@ def load_workload(name: str, tokenizer, n: int = 8, prompt_tokens: int = 128, se
     raise ValueError(f"unknown workload {name!r}; choose from {', '.join(ANALYSIS_WORKLOADS + NAMED_ONLY)}")
 
 
-def pick_workloads(requested: str | list[str], tokenizer) -> tuple[list[str], str]:
+def pick_workloads(requested: str | Sequence[str], tokenizer) -> tuple[list[str], str]:
     """The workloads to analyze and why: "auto" is `chat` for a target with a chat template
     (a chat model's own use) and every built-in workload otherwise; "all" is every built-in
     one; else the named ones, checked."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence as Seq
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 from ..build import DEFAULT_K_MAX, default_pair, load_models, make_engine, spec_config
 from ..config import EngineConfig, SamplingParams, SpecConfig
@@ -119,7 +120,8 @@ class LLM:
         """vLLM's `chat`: one conversation (a list of {"role", "content"} messages) or a list of
         them, each rendered with the target's chat template (`chat_template`: a template's
         source instead; models/chat_template.py) and decoded as `generate` decodes prompts."""
-        convs = [messages] if messages and isinstance(messages[0], (Mapping, tuple)) else list(messages)
+        one = bool(messages) and isinstance(messages[0], (Mapping, tuple))
+        convs = cast(list[Seq[Message]], [messages] if one else list(messages))
         template = ChatTemplate(self.tokenizer, chat_template)
         prompts = [{"prompt_token_ids": template.encode(c, add_generation_prompt)} for c in convs]
         return self.generate(prompts, sampling_params)
