@@ -5,7 +5,7 @@
   "human" | "gpt" | "system", "value"}]}, ...]`, parsed element by element, so that a truncated
   file gives its whole elements (how many were cut is reported, not raised);
 - JSONL, a line each: `{"messages": [{"role", "content"}, ...]}` (OpenAI's chat format),
-  `{"conversations": [...]}` (one ShareGPT element) or `{"prompt": "..."}`.
+  `{"conversations": [...]}` (one ShareGPT element), `{"prompt": "..."}` or a JSON string.
 A conversation becomes the messages up to its first user turn (`turns="first"`, the default, as
 vLLM's benchmark takes it) or up to its last user turn (`turns="all"`); it is then rendered
 through the target's chat template (models/chat_template.py). A text is encoded as a prompt.
@@ -87,12 +87,7 @@ def _json_array(text: str, path: Path, turns: str) -> PromptSet:
             if _skip_space(text, e.pos) >= len(text) or e.msg.startswith("Unterminated string"):
                 return PromptSet(items, ids, skipped + 1, truncated=True)
             raise PromptError(f"{path}: element {len(items) + skipped}: malformed JSON ({e.msg})") from e
-        item = _item(obj, f"{path}: element {len(items) + skipped}", turns)
-        if item is None:
-            skipped += 1
-        else:
-            items.append(item)
-            ids.append(obj.get("id") if isinstance(obj.get("id"), str) else None)
+        skipped += _keep(obj, f"{path}: element {len(items) + skipped}", turns, items, ids)
         i = _skip_space(text, i)
         if i < len(text) and text[i] == ",":
             i += 1
@@ -107,17 +102,24 @@ def _jsonl(text: str, path: Path, turns: str) -> PromptSet:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise PromptError(f"{path}:{n}: malformed JSON: {e.msg}") from e
-        item = _item(obj, f"{path}:{n}", turns)
-        if item is None:
-            skipped += 1
-        else:
-            items.append(item)
-            ids.append(obj.get("id") if isinstance(obj.get("id"), str) else None)
+        skipped += _keep(obj, f"{path}:{n}", turns, items, ids)
     return PromptSet(items, ids, skipped)
+
+
+def _keep(obj, where: str, turns: str, items: list, ids: list) -> int:
+    """Append `obj`'s prompt and id; 1 where it has none (a conversation without a user turn)."""
+    item = _item(obj, where, turns)
+    if item is None:
+        return 1
+    items.append(item)
+    ids.append(obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None)
+    return 0
 
 
 def _item(obj, where: str, turns: str):
     """A text, a conversation's messages, or None (a conversation without a user turn)."""
+    if isinstance(obj, str) and obj:
+        return obj                                        # a bare JSON string: a text
     if isinstance(obj, dict) and isinstance(obj.get("prompt"), str) and obj["prompt"]:
         return obj["prompt"]
     if isinstance(obj, dict) and isinstance(obj.get("messages"), list):

@@ -12,6 +12,7 @@ from ..build import default_pair, load_models, make_engine
 from ..engine.origins import RoundLog
 from ..errors import PromptError
 from .show_rounds import show
+from ..analysis.conversations import encode_prompts, read_prompts as read_prompt_file
 from ..models.chat_template import ChatTemplate
 from .common import add_load_args, load_kwargs, read_template, add_method_args, spec_from_args
 
@@ -25,7 +26,8 @@ def add_parser(sub) -> None:
     src.add_argument("--prompt")
     src.add_argument("--chat", help="one user message, rendered with the target's chat template")
     src.add_argument("--prompt-file", type=Path)
-    src.add_argument("--batch-file", type=Path, help="JSONL, one {\"prompt\": ...} per line")
+    src.add_argument("--batch-file", type=Path, help="JSONL, one {\"prompt\": ...} or {\"messages\": [...]} per "
+                                                     "line, or a ShareGPT JSON file (chats use the template)")
     p.add_argument("--chat-template", type=Path, help="a Jinja chat template file for --chat "
                                                           "(default: the checkpoint's own)")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -49,32 +51,19 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def read_prompts(args) -> list[str]:
-    one = args.prompt if args.prompt is not None else getattr(args, "chat", None)
-    if one is not None:
-        return [one]
-    path = args.prompt_file or args.batch_file
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise PromptError(f"cannot read {path}: {e}") from e
+def read_prompts(args) -> list:
+    """The prompts: texts, or conversations (`--chat`, or chat lines of a --batch-file in any
+    format `analyze --prompts` reads: analysis/conversations.py)."""
+    if args.chat is not None:
+        return [[{"role": "user", "content": args.chat}]]
+    if args.prompt is not None:
+        return [args.prompt]
     if args.prompt_file:
-        return [text]
-    prompts = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise PromptError(f"{path}:{i}: malformed JSON: {e.msg}") from e
-        prompt = obj.get("prompt") if isinstance(obj, dict) else obj
-        if not isinstance(prompt, str):
-            raise PromptError(f"{path}:{i}: expected {{\"prompt\": string}}")
-        prompts.append(prompt)
-    if not prompts:
-        raise PromptError(f"{path}: no prompts")
-    return prompts
+            return [args.prompt_file.read_text(encoding="utf-8")]
+        except (OSError, UnicodeDecodeError) as e:
+            raise PromptError(f"cannot read {args.prompt_file}: {e}") from e
+    return read_prompt_file(args.batch_file).items
 
 
 def run(args) -> int:
@@ -93,10 +82,7 @@ def run(args) -> int:
     engine = make_engine(models, spec, EngineConfig(max_batch=min(args.max_batch, len(prompts)), device=args.device,
                                                     max_model_len=models.target.config.max_position_embeddings))
     tok = models.tokenizer
-    if args.chat is not None:
-        ids = [ChatTemplate(tok, template).encode([{"role": "user", "content": args.chat}])]
-    else:
-        ids = [tok.encode(p) for p in prompts]
+    ids = encode_prompts(prompts, tok, ChatTemplate(tok, template))
     stream = not args.json and not args.show_rounds and len(prompts) == 1
     log = RoundLog() if args.show_rounds else None
     engine.on_round = log
