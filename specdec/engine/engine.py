@@ -59,7 +59,7 @@ class Engine:
         if config.max_model_len > target.config.max_position_embeddings:
             raise ConfigError(f"max_model_len {config.max_model_len} exceeds the model's context length "
                               f"{target.config.max_position_embeddings}")
-        if spec.tree and getattr(target, "native", None) is None:
+        if spec.tree and not target.runner.exact_trees:
             # eager tree attention rounds differently from a chain: greedy would not be exact
             warnings.warn("token trees need the compiled decoder (models/native); drafting chains", stacklevel=2)
             self.spec = spec = replace(spec, tree=0)
@@ -160,8 +160,8 @@ class Engine:
         # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
         #    (no drafts) only picks the next token. chosen[b][j]: the position output j fills.
         chosen = [[len(s.token_ids) + j for j in range(kk + 1)] for s in batch]
-        native = getattr(self.target, "native", None)                               # the compiled decoder
-        next_ids = plain_next(logits, target_argmax, sampling, chosen, native) if kk == 0 else None
+        runner = self.target.runner
+        next_ids = plain_next(logits, target_argmax, sampling, chosen, runner) if kk == 0 else None
         beta, paths = None, None
         if next_ids is not None:
             accepted = [0] * B
@@ -170,7 +170,7 @@ class Engine:
             accepted, draft.paths = [len(path) for path in paths], paths
         else:
             accepted, next_ids, beta = verify_round(logits, target_argmax, draft, draft_rows, num_draft,
-                                                    sampling, chosen, self.policy.wants_accept_prob, native)
+                                                    sampling, chosen, self.policy.wants_accept_prob, runner)
         # 6. Commit: advance the cache past the accepted drafts and the new token (the
         #    rejected drafts' entries stay beyond the row's length, masked: the rollback),
         #    append the tokens, check stop conditions. A tree's branch first moves to chain slots.
