@@ -1,15 +1,50 @@
-"""One round's verification, for the engine: the target's logits and the draft in, the
-accepted counts and the next token out, as host lists. Pure functions over the verify/
-rules."""
+"""One round's verification, for the engine: the block the target scores, then the target's
+logits and the draft in, the accepted path and the next token out, as host lists. Pure
+functions over the verify/ rules; `verify` is the one entry, for chains, trees and plain
+rounds alike."""
 from __future__ import annotations
 
 import torch
 
+from ..models.tree import TreeAttention, block_layout
 from ..proposers.base import Draft
 from ..verify.greedy import greedy_verify
 from ..verify.rejection import acceptance_probability, rejection_verify
 from ..verify.tree import tree_greedy, tree_rejection
 from ..verify.sampling import BatchSampling, sample
+
+
+def block_inputs(seqs, lengths: list[int], draft: Draft, rows: list[list[int]], last: int, device
+                 ) -> tuple[torch.Tensor, torch.Tensor, TreeAttention | None]:
+    """The verify forward's inputs: [pending, d_1..d_kk] per row -> (tokens (B, kk+1),
+    positions (B, kk+1), tree attention or None). A chain's positions follow the row's cache
+    length (clamped to `last`, the cache's final slot); a tree's go by node depth, its slots
+    by node, and it attends along branches. Built on the host from lists: two small tensors."""
+    kk = draft.tokens.shape[1]
+    tokens = torch.tensor([[s.token_ids[-1]] + d for s, d in zip(seqs, rows)], device=device)      # (B, kk+1)
+    tree = None
+    if draft.parents is None:
+        pos_rows = [[min(n + j, last) for j in range(kk + 1)] for n in lengths]
+    else:
+        pos_rows, tree = block_layout(lengths, draft.parents, kk + 1)
+    return tokens, torch.tensor(pos_rows, device=device), tree                                  # (B, kk+1)
+
+
+def verify(logits, target_argmax: list[list[int]] | None, proposal, sampling: BatchSampling,
+           chosen: list[list[int]], want_beta: bool, runner):
+    """-> (accepted (B,), next_token (B,), paths (B, accepted), beta (B, kk) or None), host
+    lists, for any round: without drafts (plain_next), a chain (verify_round) or a tree
+    (verify_tree). `proposal`: engine.round.Proposal; the rest as verify_round's."""
+    draft, rows, B = proposal.draft, proposal.rows, len(proposal.rows)
+    nxt = plain_next(logits, target_argmax, sampling, chosen, runner) if logits.shape[1] == 1 else None
+    if nxt is not None:
+        return [0] * B, nxt, [[] for _ in range(B)], None
+    if draft.parents is not None:
+        paths, nxt = verify_tree(logits, target_argmax, draft, rows, sampling)
+        return [len(p) for p in paths], nxt, paths, None
+    accepted, nxt, beta = verify_round(logits, target_argmax, draft, rows, proposal.num_draft, sampling, chosen,
+                                       want_beta, runner)
+    return accepted, nxt, [list(range(n)) for n in accepted], beta
 
 
 def plain_next(logits, target_argmax: list[list[int]] | None, sampling: BatchSampling,
