@@ -27,10 +27,10 @@ from .base import Draft, Proposer
 from .picking import pick
 
 
-HEAD_DTYPE = "int8"  # the head's linears by default: its step reads the head's bytes, c = 0.21 of a target
-                     # step in fp32 on the bundled pair; int8 took greedy code from 1.30x to 1.50x plain, T = 1
-                     # from 1.12x to 1.29x, mean acceptance length 3.66 -> 3.63 and 3.19 -> 3.26
-                     # (benchmarks/results/eagle/variants.md); eagle_dtype=float32 restores fp32
+HEAD_DTYPE = "int8"  # the head's linears by default: a draft step streams the head's weight bytes, so
+                     # 1-byte weights make each step cheaper while q barely moves (its numerics change q,
+                     # never the output); figures: benchmarks/results/eagle/variants.md.
+                     # eagle_dtype=float32 restores fp32
 
 
 class FeatureHeadProposer(Proposer):
