@@ -74,7 +74,7 @@ def test_the_first_draft_reads_the_prompts_features(heads):
     eng.add_request(prompt, SamplingParams(max_new_tokens=3, ignore_eos=True))
     eng.step()                                                          # admission: the first token
     assert eng.running[0].token_ids == seq
-    got = eng.proposer.propose(Batch(eng.running, eng._batch_sampling()), 1)
+    got = eng.proposer.propose(Batch(eng.running, eng.rows.sampling()), 1)
     assert int(got.tokens[0, 0]) == int(want)
 
 
