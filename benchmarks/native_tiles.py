@@ -27,6 +27,7 @@ import torch
 from specdec.build import load_models
 from specdec.costs.cache import _cpu_name
 from specdec.models.native import build
+from specdec.models.native.abi import declare
 from specdec.models.native.forward import NativeForward
 
 NATIVE = Path(build.__file__).parent
@@ -50,10 +51,7 @@ def compile_at(rev: str | None, march: str, tmp: Path) -> ctypes.CDLL:
         (src / f).write_text(text)
     flags = [march if f == "-march=native" else f for f in build.FLAGS]
     subprocess.run(["cc", *flags, str(src / "decoder.c"), "-o", str(src / "d.so"), "-lm"], check=True)
-    lib = ctypes.CDLL(str(src / "d.so"))
-    lib.sd_forward.restype, lib.sd_scratch_floats.restype = ctypes.c_int, ctypes.c_size_t
-    lib.sd_packed_floats.restype = ctypes.c_size_t
-    return lib
+    return declare(ctypes.CDLL(str(src / "d.so")))       # a rev before models/native/abi.py fails here
 
 
 def timed(fn) -> float:

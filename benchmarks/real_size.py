@@ -166,7 +166,7 @@ def main(argv=None) -> int:
         for dtype in a.dtypes.split(","):
             model = load_model(ckpt, weights=dtype)
             row = {"shape": name, "dtype": dtype, "params": model.config.num_params,
-                   "native": model.native is not None, "stream_bytes": weight_stream_bytes(model)}
+                   "native": model.runner.native is not None, "stream_bytes": weight_stream_bytes(model)}
             row["curve_s"] = curve(model, a.calls)
             row["specdec_tok_s"] = specdec_plain(model, tok, ids, a.reps)
             row["achieved_gbs"] = row["stream_bytes"] / row["curve_s"]["1,1"] / 1e9

@@ -37,3 +37,45 @@ def test_the_engine_neither_imports_nor_measures_with_the_cost_model():
     g = graph_tool.module_graph()
     for mod in ("specdec.engine.engine", "specdec.engine.policy", "specdec.engine.round"):
         assert not {d for d in g[mod] if d.startswith(("specdec.adaptive", "specdec.costs.cost_model"))}
+
+
+RUNNER = {"specdec/models/runner.py"}      # the one place the fast path is chosen
+
+
+def _native_touches(path: Path) -> list[str]:
+    """`x.native` attributes and getattr(x, "native", ...) probes in a file, as 'file:line'."""
+    import ast
+    hits, name = [], path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in ("native", "graphs"):
+            hits.append(f"{name}:{node.lineno}")
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr")
+                and len(node.args) > 1 and getattr(node.args[1], "value", None) in ("native", "graphs")):
+            hits.append(f"{name}:{node.lineno}")
+    return hits
+
+
+def test_only_the_runner_touches_the_fast_path():
+    """The compiled decoder and the CUDA graphs are the runner's (models/runner.py): no other
+    module reads `.native` or `.graphs` or probes for them; the native package is behind it."""
+    hits = []
+    for path in sorted((ROOT / "specdec").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if rel in RUNNER or rel.startswith("specdec/models/native/") or rel == "specdec/models/cuda_graphs.py":
+            continue
+        hits += _native_touches(path)
+    assert hits == []
+
+
+def test_the_native_package_is_imported_by_the_runner_alone():
+    g = graph_tool.module_graph()
+    users = {m for m, deps in g.items() if any(d.startswith("specdec.models.native") for d in deps)
+             and not m.startswith("specdec.models.native")}
+    # linear.py asks whether the decoder builds here (choosing a kernel), loader.py why not
+    assert users <= {"specdec.models.runner", "specdec.models.linear", "specdec.models.loader"}, users
+
+
+def test_the_native_checker_sees_a_probe(tmp_path):
+    f = tmp_path / "probe.py"
+    f.write_text("def f(m):\n    return getattr(m, 'native', None) or m.native\n")
+    assert _native_touches(f) == ["probe.py:2", "probe.py:2"]

@@ -48,7 +48,7 @@ def model_identity(model, num_layers: int | None = None, device: str | None = No
                    "params": sum(p.numel() for p in model.parameters()), "num_layers": num_layers,
                    "dtype": str(model.model.norm.weight.dtype),
                    "weights": getattr(model, "weight_dtype", "float32"), "kernel": getattr(model.kernel, "name", "stock"),
-                   "device": dev, "kernel_build": getattr(getattr(model, "native", None), "build_id", None),
+                   "device": dev, "kernel_build": model.runner.build_id,
                    "cpu": _cpu_name() if dev == "cpu" else torch.cuda.get_device_name(model.device),
                    "torch": torch.__version__, "threads": threads or torch.get_num_threads()})
 

@@ -24,19 +24,19 @@ from ..batch import Batch
 from ..config import EngineConfig, SamplingParams, SpecConfig
 from ..errors import ConfigError
 from ..models.llama import LlamaModel, padded
-from ..models.tree import MAX_TREE, block_layout
+from ..models.tree import MAX_TREE
 from ..proposers import create as create_proposer
 from ..proposers.base import Draft, Proposer
 from ..verify.coupling import CoupledNoise
-from ..verify.sampling import BatchSampling
 from .admission import first_tokens, prefill
 from .logprobs import emitted_logprobs
 from .metrics import EngineMetrics, record_row
 from .policy import KPolicy, simple_policy
-from .round import RoundResult
+from .round import Proposal, RoundResult, Verdict
+from .rows import RowTable
 from .sequence import Sequence, Status
 from .validation import check_params, check_request
-from .verification import plain_next, verify_round, verify_tree
+from .verification import block_inputs, verify
 
 
 def cache_length(config: EngineConfig, spec: SpecConfig) -> int:
@@ -59,23 +59,22 @@ class Engine:
         if config.max_model_len > target.config.max_position_embeddings:
             raise ConfigError(f"max_model_len {config.max_model_len} exceeds the model's context length "
                               f"{target.config.max_position_embeddings}")
-        if spec.tree and getattr(target, "native", None) is None:
+        if spec.tree and not target.runner.exact_trees:
             # eager tree attention rounds differently from a chain: greedy would not be exact
             warnings.warn("token trees need the compiled decoder (models/native); drafting chains", stacklevel=2)
             self.spec = spec = replace(spec, tree=0)
         self.cache_len = cache_length(config, spec)
         self.cache = target.new_cache(config.max_batch, self.cache_len)
-        self.proposer = proposer or create_proposer(
+        # the running rows: the cache's, the proposer's and the policy's state of each request
+        self.rows = RowTable(self.cache, proposer or create_proposer(
             spec.method if spec.k != 0 else "none", target, spec,
-            draft_model=draft, rows=config.max_batch, max_len=self.cache_len, head=head)
-        self.policy = policy or simple_policy(spec)
+            draft_model=draft, rows=config.max_batch, max_len=self.cache_len, head=head),
+            policy or simple_policy(spec), self.device)
         self.eos_ids = target.config.eos_ids
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
         self.finished: dict[int, Sequence] = {}
         self.metrics = EngineMetrics()
         self._no_draft = torch.zeros(config.max_batch, 0, dtype=torch.long)             # (B, 0)
-        self._sampling: BatchSampling | None = None
         # called with every decode round's RoundResult after the policy saw it (None: nothing
         # is called); for tools that show rounds (generate --show-rounds, trace)
         self.on_round: Callable[[RoundResult], None] | None = None
@@ -101,7 +100,30 @@ class Engine:
         for seq in self.running:
             if seq.id == seq_id and not seq.finished:
                 self._finish(seq, "abort")
-        self._retire()
+        self.rows.retire()
+
+    @property
+    def running(self) -> list[Sequence]:
+        """The running sequences, row i = running[i] (the row table's)."""
+        return self.rows.seqs
+
+    @property
+    def proposer(self) -> Proposer:
+        """Drafts each round; keeps per-row state in the row table's rows."""
+        return self.rows.proposer
+
+    @proposer.setter
+    def proposer(self, proposer: Proposer) -> None:
+        self.rows.proposer = proposer
+
+    @property
+    def policy(self) -> KPolicy:
+        """Chooses k each round; keeps per-row state in the row table's rows."""
+        return self.rows.policy
+
+    @policy.setter
+    def policy(self, policy: KPolicy) -> None:
+        self.rows.policy = policy
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -114,99 +136,85 @@ class Engine:
     # ---- the loop ---------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[Sequence]:
-        """Run one round for the whole batch; return the sequences that received tokens."""
+        """Run one round for the whole batch; return the sequences that received tokens.
+        schedule (admit, choose k) -> propose -> verify -> commit (append, roll back, record)."""
         t0 = time.perf_counter()
         for seq in self.running:
             seq.new_tokens, seq.new_logprobs = [], []
-        # 1. Admit waiting requests into free rows; prefill gives each its first token.
-        #    A step that admits does only that, so first tokens reach callers without delay.
-        admitted = self._admit()
+        admitted = self._admit()       # a step that admits does only that: first tokens reach callers at once
         if admitted or not self.running:
             return admitted
-        batch = Batch(self.running, self._batch_sampling(), draining=not self.waiting)
-        B = len(batch)
-        # 2. Choose k for this round (fixed, heuristic or from the cost model).
+        batch, k = self._schedule()
+        proposal = self._propose(batch, k)
+        verdict = self._verify(batch, proposal)
+        self._commit(batch, k, proposal, verdict, t0)
+        self.rows.retire()
+        return list(batch)
+
+    def _schedule(self) -> tuple[Batch, int]:
+        """The running rows as this round's batch, and k: fixed, heuristic or from the cost
+        model (the proposer plans first, so that its cost key describes this round)."""
+        batch = self.rows.batch(draining=not self.waiting)
         self.proposer.plan(batch)
-        k = self.policy.choose(batch)
-        # 3. Propose up to k tokens per row.
+        return batch, self.policy.choose(batch)
+
+    def _propose(self, batch: Batch, k: int) -> Proposal:
+        """Up to k drafts per row (a chain or a token tree), capped per row by the policy."""
+        B = len(batch)
         draft = self.proposer.propose(batch, k) if k > 0 else Draft(self._no_draft[:B], lengths=[0] * B)
-        key = self.proposer.cost_key()
-        num_draft = draft.num_tokens()
-        caps = self.policy.row_caps()
+        num_draft, caps = draft.num_tokens(), self.policy.row_caps()
         if caps is not None:
             num_draft = [min(n, c) for n, c in zip(num_draft, caps)]
-        kk = draft.tokens.shape[1]
-        # 4. One target forward over [pending, d_1..d_k] for every row. Inputs are built on
-        #    the host from lists: two small tensors, not a chain of cat/arange/clamp ops. A
-        #    greedy batch has the forward compute its argmaxes too.
-        dev = self.device
-        draft_rows = draft.tokens.tolist() if kk else [[] for _ in batch]
-        last = self.cache_len - 1
-        tokens = torch.tensor([[s.token_ids[-1]] + d for s, d in zip(batch, draft_rows)], device=dev)  # (B, k+1)
-        tree = None
-        if draft.parents is None:
-            pos_rows = [[min(n + j, last) for j in range(kk + 1)] for n in self.cache.lengths[:B]]
-        else:      # a token tree: positions by depth, slots by node, attention along branches
-            pos_rows, tree = block_layout(self.cache.lengths[:B], draft.parents, kk + 1)
-        positions = torch.tensor(pos_rows, device=dev)                                  # (B, k+1)
-        sampling = batch.sampling
-        best = (torch.empty(B, kk + 1, dtype=torch.long, device=dev)
-                if sampling.all_argmax and not sampling.any_coupled and not sampling.processed
-                else None)                                                               # (B, k+1)
+        rows = draft.tokens.tolist() if draft.tokens.shape[1] else [[] for _ in batch]
+        return Proposal(draft, rows, num_draft, self.proposer.cost_key())
+
+    def _verify(self, batch: Batch, proposal: Proposal) -> Verdict:
+        """One target forward over [pending, d_1..d_kk] for every row, then the accepted path
+        and the recovered or bonus token per row (verification.py). A greedy batch has the
+        forward compute its argmaxes too; a feature head gets the final hidden states."""
+        B, kk, dev, s = len(batch), proposal.draft.tokens.shape[1], self.device, batch.sampling
+        tokens, positions, tree = block_inputs(batch, self.cache.lengths[:B], proposal.draft, proposal.rows,
+                                               self.cache_len - 1, dev)                  # (B, kk+1) each
+        greedy = s.all_argmax and not s.any_coupled and not s.processed
+        best = torch.empty(B, kk + 1, dtype=torch.long, device=dev) if greedy else None   # (B, kk+1)
         hidden = (torch.empty(B, kk + 1, self.target.config.hidden_size, device=dev)
-                  if self.proposer.uses_features else None)            # (B, k+1, d) a feature head's input
+                  if self.proposer.uses_features else None)                              # (B, kk+1, d)
         logits = self.target(tokens, positions, self.cache, argmax_out=best, tree=tree, hidden_out=hidden)
-        target_argmax = best.tolist() if best is not None else None                     # the host sync
-        # 5. Verify: accepted prefix per row and the recovered/bonus token. A plain round
-        #    (no drafts) only picks the next token. chosen[b][j]: the position output j fills.
-        chosen = [[len(s.token_ids) + j for j in range(kk + 1)] for s in batch]
-        native = getattr(self.target, "native", None)                               # the compiled decoder
-        next_ids = plain_next(logits, target_argmax, sampling, chosen, native) if kk == 0 else None
-        beta, paths = None, None
-        if next_ids is not None:
-            accepted = [0] * B
-        elif draft.parents is not None:                    # a tree: the accepted branch per row
-            paths, next_ids = verify_tree(logits, target_argmax, draft, draft_rows, sampling)
-            accepted, draft.paths = [len(path) for path in paths], paths
-        else:
-            accepted, next_ids, beta = verify_round(logits, target_argmax, draft, draft_rows, num_draft,
-                                                    sampling, chosen, self.policy.wants_accept_prob, native)
-        # 6. Commit: advance the cache past the accepted drafts and the new token (the
-        #    rejected drafts' entries stay beyond the row's length, masked: the rollback),
-        #    append the tokens, check stop conditions. A tree's branch first moves to chain slots.
-        paths = paths or [list(range(n)) for n in accepted]
-        inputs = [[0] + [j + 1 for j in path] for path in paths]      # the block inputs kept, per row
-        if draft.parents is not None:                      # a chain's branch is already in place
-            self.cache.keep_path(inputs)
-        emitted = [[draft_rows[b][j] for j in paths[b]] + [next_ids[b]] for b in range(B)]
-        tops = [s.params.logprobs for s in batch]
-        lps = emitted_logprobs(logits, emitted, tops, inputs) if any(t is not None for t in tops) else [None] * B
+        chosen = [[len(seq.token_ids) + j for j in range(kk + 1)] for seq in batch]   # the positions outputs fill
+        accepted, nxt, paths, beta = verify(logits, best.tolist() if best is not None else None, proposal, s,
+                                            chosen, self.policy.wants_accept_prob, self.target.runner)
+        return Verdict(accepted, nxt, paths, beta, logits, hidden)
+
+    def _commit(self, batch: Batch, k: int, proposal: Proposal, v: Verdict, t0: float) -> None:
+        """Advance the cache past each row's accepted path and new token (a tree's branch first
+        moves to chain slots; rejected entries stay past the row's length, masked: the
+        rollback), append the tokens, roll the proposer back, record the round."""
+        draft, B = proposal.draft, len(batch)
+        draft.paths = v.paths if draft.parents is not None else None
+        inputs = [[0] + [j + 1 for j in path] for path in v.paths]          # the block inputs kept, per row
+        self.cache.keep_path(inputs)                                        # a chain's are in place already
+        emitted = [[proposal.rows[b][j] for j in v.paths[b]] + [v.next_ids[b]] for b in range(B)]
+        tops = [seq.params.logprobs for seq in batch]
+        lps = emitted_logprobs(v.logits, emitted, tops, inputs) if any(t is not None for t in tops) else [None] * B
         for b, seq in enumerate(batch):
-            n = accepted[b]
-            self.cache.advance(b, 1 + n)
+            self.cache.advance(b, 1 + v.accepted[b])
             seq.append(emitted[b], lps[b])
-            record_row(self.metrics, seq, num_draft[b], n, k, paths[b], draft.parents and draft.parents[b])
+            record_row(self.metrics, seq, proposal.num_draft[b], v.accepted[b], k, v.paths[b],
+                       draft.parents and draft.parents[b])
             self.metrics.generated_tokens += len(seq.new_tokens)
-        # 7. The proposer rolls back to the accepted prefix (a feature head takes the target's
-        #    features of the kept inputs first); the policy learns from the round.
-        if hidden is not None:
-            self.proposer.take_features(list(range(B)), [hidden[b, inputs[b]] for b in range(B)])
-        self.proposer.rollback(accepted)
+        if v.hidden is not None:       # a feature head takes the target's features of the kept inputs
+            self.proposer.take_features(list(range(B)), [v.hidden[b, inputs[b]] for b in range(B)])
+        self.proposer.rollback(v.accepted)
         dt = time.perf_counter() - t0
-        result = RoundResult(batch, k, key, num_draft, accepted, dt, accept_prob=beta, emitted=emitted)
+        result = RoundResult(batch, k, proposal.cost_key, proposal.num_draft, v.accepted, dt,
+                             accept_prob=v.beta, emitted=emitted)
         self.policy.observe(result)
         if self.on_round is not None:
             self.on_round(result)
-        self.metrics.target_forwards += 1
-        self.metrics.steps += 1
-        self.metrics.step_time_s += dt
-        self.metrics.k_hist[k] = self.metrics.k_hist.get(k, 0) + 1
+        self.metrics.record_round(k, dt)
         for seq in batch:
             if seq.finished:
                 self._finish(seq, seq.finish_reason)
-        # 8. Free the rows of finished requests.
-        self._retire()
-        return list(batch)
 
     # ---- admission and retirement ------------------------------------------------------------
     def _admit(self) -> list[Sequence]:
@@ -229,18 +237,13 @@ class Engine:
                 self._finish(seq, seq.finish_reason)
                 self.cache.reset(base + i)
                 continue
-            seq.row = base + len(live)
-            if seq.row != base + i:
-                self.cache.move_row(base + i, seq.row)
+            if base + len(live) != base + i:          # not started anywhere yet: its prefill moves alone
+                self.cache.move_row(base + i, base + len(live))
             live.append(seq)
             kept.append(i)
-        self.running += live
         if feats is not None:
-            self.proposer.take_features([s.row for s in live], [feats[i] for i in kept])
-        self.proposer.start_rows([s.row for s in live], live)
-        for seq in live:
-            self.policy.start(seq.row, seq)
-        self._sampling = None
+            self.proposer.take_features([base + j for j in range(len(live))], [feats[i] for i in kept])
+        self.rows.add(live)
         return seqs
 
     def _finish(self, seq: Sequence, reason: str | None) -> None:
@@ -248,41 +251,6 @@ class Engine:
         if seq.stats.t_end is None:
             seq.stats.t_end = time.perf_counter()
         self.finished[seq.id] = seq
-
-    def _retire(self) -> None:
-        """Drop finished rows, moving the last running row into each hole (rows stay [0, n)).
-        Finished rows at the end are dropped first, so no finished row is ever moved."""
-        i = 0
-        while i < len(self.running):
-            while self.running and self.running[-1].finished:
-                self._drop(len(self.running) - 1)
-            if i >= len(self.running) or not self.running[i].finished:
-                i += 1
-                continue
-            last = len(self.running) - 1                  # running, since the loop above
-            self.proposer.finish(i)
-            self.policy.finish(i)
-            self.cache.move_row(last, i)
-            self.proposer.move_row(last, i)
-            self.policy.move_row(last, i)
-            self.running[i] = self.running.pop()
-            self.running[i].row = i
-            self._sampling = None
-
-    def _drop(self, row: int) -> None:
-        """Free the last row."""
-        self.proposer.finish(row)
-        self.policy.finish(row)
-        self.cache.reset(row)
-        self.running.pop()
-        self._sampling = None
-
-    def _batch_sampling(self) -> BatchSampling:
-        if self._sampling is None:
-            self._sampling = BatchSampling([s.params for s in self.running],
-                                           [s.generator for s in self.running], self.device,
-                                           [s.noise for s in self.running], self.running)
-        return self._sampling
 
     # ---- convenience ---------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams] = SamplingParams(),

@@ -60,6 +60,13 @@ class EngineMetrics:
         self.tree_nodes += len(parents)
         self.branch_accepts += sum(parents.index(parents[j]) != j for j in path)
 
+    def record_round(self, k: int, dt: float) -> None:
+        """A decode round (one target forward) with k drafts asked per row took dt seconds."""
+        self.target_forwards += 1
+        self.steps += 1
+        self.step_time_s += dt
+        self.k_hist[k] = self.k_hist.get(k, 0) + 1
+
     @property
     def mean_acceptance_length(self) -> float:
         return mean_acceptance_length(self.num_accepted_tokens, self.num_drafts)

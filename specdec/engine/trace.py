@@ -60,7 +60,7 @@ class _Target:
         dev = tokens.device
         t_plain, _ = _timed(lambda: self.model(tokens[:, :1], positions[:, :1], cache), dev)
         t_verify, logits = _timed(lambda: self.model(tokens, positions, cache, argmax_out=argmax_out, **kw), dev)
-        s = self.engine._batch_sampling()
+        s = self.engine.rows.sampling()
         chosen = [[len(self.seq.token_ids) + j for j in range(tokens.shape[1])]]
         drafts = tokens[:, 1:]                                                        # (1, k)
         p = s.probs(logits, positions=chosen, drafts=drafts)[0].float().cpu()         # (k+1, V)

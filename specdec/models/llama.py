@@ -2,9 +2,9 @@
 
 One entry point: `forward(tokens[B,T], positions[B,T], cache) -> logits[B,T,V]`.
 Prefill, decode and multi-position verification are the same call with different T.
-With a cache and the compiled decoder prepared (models/native), the whole forward is one
-C call; otherwise it runs eager PyTorch. With `cache=None` it runs plain causal attention
-over the T tokens (training).
+With a cache (inference) the call goes to the model's runner (models/runner.py), which
+alone knows whether the compiled decoder, CUDA graphs or eager PyTorch runs it. With
+`cache=None` it runs plain causal attention over the T tokens (training).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from .rope import inv_freq
 from .tree import TreeAttention, visible
 from .memory import cache_bytes
 from .quantize import dequantize, weight_type
-from . import native
-from .linear import LinearKernel, fallback_kernel
+from .linear import LinearKernel
+from .runner import ModelRunner, argmax_into
 
 ATTN_MIN_ROWS = 4   # bmm on CPU is row-invariant from 4 query rows up; pad to that
 S_BLOCK = 64        # caches are sized in whole blocks of this many keys
@@ -163,8 +163,7 @@ class LlamaModel(nn.Module):
         self.register_buffer("inv_freq", torch.empty(cfg.head_dim // 2), persistent=False)
         self.reset_rope()
         self.kernel: LinearKernel | None = None
-        self.native: native.NativeForward | None = None
-        self.graphs = None        # CudaGraphs on CUDA, set by the loader (models/cuda_graphs.py)
+        self.runner = ModelRunner(self)   # eager until prepare(); the loader adds CUDA graphs
         self.provenance: dict | None = None   # the weights' file, stored types and how (loader.provenance)
 
     def reset_rope(self) -> None:
@@ -190,13 +189,7 @@ class LlamaModel(nn.Module):
         where the model's shapes or the machine cannot run it. Packed weights are copies:
         prepare again after changing the weights."""
         self.eval()
-        self.native = self.graphs = None
-        if getattr(kernel, "whole_model", False):
-            lib = native.load()
-            if lib is not None and native.supported(self) is None:
-                self.native = native.NativeForward(self, lib)
-            else:
-                kernel = fallback_kernel(self.device)
+        self.runner, kernel = ModelRunner.build(self, kernel)
         self.kernel = kernel
         for m in self.modules():
             if isinstance(m, Linear):
@@ -226,13 +219,10 @@ class LlamaModel(nn.Module):
         token embeddings as the first layer's input (a feature head's; `tokens` are then unread).
         """
         if cache is not None and not torch.is_grad_enabled():
-            if self.native is not None:
-                return self.native(tokens, positions, cache, num_layers, hidden_only, argmax_out, tree, hidden_out,
-                                   embeds)
-            if self.graphs is not None and tree is None and hidden_out is None and embeds is None:
-                return _argmax_into(self.graphs(tokens, positions, cache, num_layers, hidden_only), argmax_out)
+            return self.runner.forward(tokens, positions, cache, num_layers, hidden_only, argmax_out, tree,
+                                       hidden_out, embeds)
         logits = self.eager(tokens, positions, cache, num_layers, hidden_only, tree, hidden_out, embeds)
-        return _argmax_into(logits, argmax_out)
+        return argmax_into(logits, argmax_out)
 
     def eager(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
               num_layers: int | None = None, hidden_only: bool = False, tree: TreeAttention | None = None,
@@ -269,8 +259,3 @@ class LlamaModel(nn.Module):
         return KVCache(num_layers or c.num_hidden_layers, rows, c.num_key_value_heads, max_len,
                        c.head_dim, dtype=self.model.norm.weight.dtype, device=self.device)
 
-
-def _argmax_into(logits: torch.Tensor, argmax_out: torch.Tensor | None) -> torch.Tensor:
-    if argmax_out is not None:
-        argmax_out.copy_(logits.argmax(-1))                                  # (B, T)
-    return logits

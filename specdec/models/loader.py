@@ -112,8 +112,8 @@ def load_model(path: str | Path, device: str = "cpu", dtype=torch.float32,
                                     cfg.intermediate_size, exact, native=compile is not False))
         if torch.device(device).type == "cuda" and compile is not False:
             from .cuda_graphs import CudaGraphs
-            model.graphs = CudaGraphs(model, exact=exact)
-        elif compile and model.native is None:
+            model.runner.use_graphs(CudaGraphs(model, exact=exact))
+        elif compile and model.runner.path != "native":
             from .native import load, supported
             why = supported(model) or ("no C compiler could build it" if load() is None else "unknown")
             raise ConfigError(f"--compile: the native decoder cannot run {path.name}: {why}")

@@ -46,10 +46,9 @@ from .base import Draft, NoProposer, Proposer, create, register
 
 # The arms when `auto_arms` names none. No `none`: the k policy already picks plain rounds (k = 0)
 # for any arm when drafting does not pay, and a plain arm beside it only adds exploration; no
-# `layerskip`: on the bundled target its rounds cost more than its drafts bring, so the policy
-# runs it at k = 0, plain again. Over 4 workloads x (greedy, T = 1), 2 x 96 tokens, auto over these
-# three reached 78-104% of the best single proposer, over all five 64-82%
-# (benchmarks/results/auto-2026-12-07).
+# `layerskip`: a shallow self-draft costs a sizeable share of a target step, so the policy mostly
+# runs it at k = 0, and every arm it plays that way costs exploration for nothing. Each extra arm
+# dilutes the rounds the better arms get (figures: benchmarks/results/auto-2026-12-07).
 DEFAULT_ARMS = ("draft", "ngram", "suffix")
 
 

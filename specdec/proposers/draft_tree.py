@@ -115,7 +115,8 @@ class DraftTreeProposer(DraftModelProposer):
         B, dev, s, t0 = len(batch), self.model.device, batch.sampling, time.perf_counter()
         w = level_width(self.budget, k, not s.all_argmax, self.model.config.vocab_size)
         # 1. Feed what the draft has not seen; its last output scores the root's children.
-        feeds, tokens, positions, last = self._unseen(batch)
+        feeds, tokens, positions = self._unseen(batch)
+        last = torch.tensor([len(f) - 1 for f in feeds], device=dev)                      # (B,)
         logits = self.model(tokens, positions, self.cache, num_layers=self.num_layers)     # (B, T, V)
         self._advance([len(f) for f in feeds])
         base = torch.tensor(self.cache.lengths[:B], device=dev)                            # (B,) node 0's slot

@@ -22,16 +22,15 @@ import torch.nn.functional as F
 from ..batch import Batch, prompt_runs
 from ..costs.key import CostKey
 from ..models.feature_head import FeatureHead, head_decoder
-from ..models.native.head import head_draft, pack
 from ..models.quantize import quantize
 from .base import Draft, Proposer
 from .picking import pick
 
 
-HEAD_DTYPE = "int8"  # the head's linears by default: its step reads the head's bytes, c = 0.21 of a target
-                     # step in fp32 on the bundled pair; int8 took greedy code from 1.30x to 1.50x plain, T = 1
-                     # from 1.12x to 1.29x, mean acceptance length 3.66 -> 3.63 and 3.19 -> 3.26
-                     # (benchmarks/results/eagle/variants.md); eagle_dtype=float32 restores fp32
+HEAD_DTYPE = "int8"  # the head's linears by default: a draft step streams the head's weight bytes, so
+                     # 1-byte weights make each step cheaper while q barely moves (its numerics change q,
+                     # never the output); figures: benchmarks/results/eagle/variants.md.
+                     # eagle_dtype=float32 restores fp32
 
 
 class FeatureHeadProposer(Proposer):
@@ -58,9 +57,7 @@ class FeatureHeadProposer(Proposer):
             w = head.eh_proj.dense_weight().detach()                                     # (d, 2d)
             self._token_part = F.linear(head.enorm(target.model.embed_tokens.weight.detach()), w[:, :d])
             self._feature_proj = w[:, d:].contiguous()                                   # (d, d)
-        native = self.decoder.native
-        self._proj_packed = pack(native, self._feature_proj) if native is not None else None
-        self.compiled_loop = native is not None        # greedy drafts 2..k in one C call
+        self._proj_packed = self.decoder.runner.pack(self._feature_proj)   # None: no fused head loop
         self.cache = self.decoder.new_cache(rows, max_len)
         self.pending: dict[int, torch.Tensor] = {}      # row -> (m, d) target features not yet fed
         self._committed: list[int] | None = None
@@ -143,13 +140,14 @@ class FeatureHeadProposer(Proposer):
                              for b, f in enumerate(feeds)])                                      # (B, T, d)
         return tokens, feats, [len(f) for f in feeds]
 
-    def _draft_in_c(self, feed, feats, n, start, steps, s, u):
-        """head_draft (models/native/head.py) from this proposer's tables: (tokens (B, steps), q)."""
+    def _draft_fused(self, feed, feats, n, start, steps, s, u, portable):
+        """The whole round by the runner's fused head loop (models/native/head.py) from this
+        proposer's tables, else `portable()` -> (tokens (B, steps), q)."""
         hn, sampled = self.head.hnorm, not s.all_argmax
-        return head_draft(self.decoder.native, feed, feats, torch.tensor(start), steps, self.cache,
-                          self._token_part, self._proj_packed, hn.weight.detach(), hn.eps, self.vocab,
-                          s.temperature if sampled else None, u if sampled else None, self.target.config.vocab_size,
-                          n_feed=n)
+        return self.decoder.runner.head_draft(
+            portable, feed, feats, torch.tensor(start), steps, self.cache, self._token_part, self._proj_packed,
+            hn.weight.detach(), hn.eps, self.vocab, s.temperature if sampled else None, u if sampled else None,
+            self.target.config.vocab_size, n_feed=n)
 
     def _feed(self, tokens, feats, n, start):
         """Feed the verified entries (tokens (B, T), features (B, T, d), n[b] per row, from
@@ -166,18 +164,26 @@ class FeatureHeadProposer(Proposer):
 
     @torch.inference_mode()
     def propose(self, context: Batch, k: int) -> Draft:
-        B, dev, d = len(context), self.target.device, self.head.config.hidden_size
+        B = len(context)
         tokens, feats, n = self._verified(context)                               # (B, T), (B, T, d), (B,)
         start = list(self.cache.lengths[:B])                                     # where each row's entries go
         self._committed = [a + m for a, m in zip(start, n)]                     # rollback keeps these entries
         s, first = context.sampling, [len(seq.token_ids) for seq in context]      # first: draft 1's position
         u = None if s.all_argmax else s.uniforms(k)                                            # (B, k)
         greedy = s.all_argmax and not s.any_coupled and not s.processed
-        if self.compiled_loop and (greedy or s.temperature_only):   # the whole round in one C call (decoder.c)
-            out, q = self._draft_in_c(tokens, feats, n, start, k, s, u)                # (B, k), (B, k, V)
-            for b in range(B):
-                self.cache.advance(b, n[b] + k - 1)
-            return Draft(tokens=out, probs=q)
+        loop = lambda: self._draft_loop(tokens, feats, n, start, k, s, u, first, greedy)  # noqa: E731
+        if greedy or s.temperature_only:            # the whole round fused where the runner can
+            out, q = self._draft_fused(tokens, feats, n, start, k, s, u, loop)         # (B, k), (B, k, V)
+        else:
+            out, q = loop()
+        for b in range(B):                          # the verified entries and drafts 1..k-1, either way
+            self.cache.advance(b, self._committed[b] + k - 1 - self.cache.lengths[b])
+        return Draft(tokens=out, probs=q)
+
+    def _draft_loop(self, tokens, feats, n, start, k, s, u, first, greedy):
+        """The round step by step: feed the verified entries, then each draft with the head's own
+        output as its feature -> (tokens (B, k), q (B, k, V) or None)."""
+        B, dev, d = tokens.shape[0], self.target.device, self.head.config.hidden_size
         logits, h = self._feed(tokens, feats, n, start)                    # the verified entries, then a loop
         logits, h = logits[:, None], h[:, None]                                        # (B, 1, N), (B, 1, d)
         out, qs = [], []
@@ -198,7 +204,7 @@ class FeatureHeadProposer(Proposer):
                 for b in range(B):
                     self.cache.advance(b, 1)
         tokens = torch.stack(out, 1) if out else torch.zeros(B, 0, dtype=torch.long, device=dev)
-        return Draft(tokens=tokens, probs=torch.stack(qs, 1) if qs else None)
+        return tokens, torch.stack(qs, 1) if qs else None
 
     def rollback(self, num_accepted):
         if self._committed is None:        # no proposal this round (k = 0): nothing to drop

@@ -23,7 +23,7 @@ AUTO_COST = synthetic_cost_model(lambda b, q, L: 0.01 + 1e-4 * b * q, {"draft:dr
 
 def _on_cuda(model, exact=True):
     model = model.to("cuda").prepare(LinearKernel())
-    model.graphs = CudaGraphs(model, exact=exact)
+    model.runner.use_graphs(CudaGraphs(model, exact=exact))
     return model
 
 
@@ -33,8 +33,8 @@ def bundled():
 
 
 def test_the_loader_turns_graphs_on_for_cuda(bundled):
-    assert isinstance(bundled.target.graphs, CudaGraphs) and bundled.target.graphs.buckets == (17,)
-    assert bundled.draft.graphs.buckets[0] == 1
+    assert isinstance(bundled.target.runner.graphs, CudaGraphs) and bundled.target.runner.graphs.buckets == (17,)
+    assert bundled.draft.runner.graphs.buckets[0] == 1
 
 
 @pytest.mark.parametrize("T", [1, 3, 17, 40])

@@ -29,7 +29,7 @@ def _model(name: str, kernel: str):
         if not (MODELS_DIR / "target" / "config.json").exists():
             pytest.fail(f"the bundled target is missing from {MODELS_DIR}")
         model = load_model(MODELS_DIR / "target", compile=None if kernel == "native" else False)
-    if kernel == "native" and model.native is None:
+    if kernel == "native" and model.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     if kernel == "onednn" and model.kernel.name != "onednn":
         pytest.skip("oneDNN unavailable")

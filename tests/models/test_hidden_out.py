@@ -10,7 +10,7 @@ from specdec.models.linear import KERNELS
 @pytest.mark.parametrize("kernel", ["native", "onednn"])
 def test_hidden_out_is_the_hidden_only_forward_and_leaves_the_logits_alone(kernel):
     model = make_model(0, prepare=False).prepare(KERNELS[kernel]())
-    if kernel == "native" and model.native is None:
+    if kernel == "native" and model.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     if kernel == "onednn" and model.kernel.name != "onednn":
         pytest.skip("oneDNN unavailable")

@@ -86,14 +86,14 @@ def test_shapes_the_native_decoder_cannot_run_fall_back_to_a_row_invariant_kerne
     if not linear._native_available(torch.device("cpu")):
         pytest.skip("no C compiler: the native decoder is unavailable")
     model = make_model(prepare=False, hidden_size=72, intermediate_size=120).prepare(KERNELS["native"]())
-    assert model.native is None and model.kernel.name in ("onednn", "stock")
+    assert model.runner.native is None and model.kernel.name in ("onednn", "stock")
     with torch.inference_mode():
         assert model(torch.tensor([[3, 5]]), torch.arange(2)[None], model.new_cache(1, 64)).shape == (1, 2, 8192)
 
 
 def test_the_native_decoder_refuses_out_of_range_positions_and_tokens():
     model = make_model(prepare=False).prepare(KERNELS["native"]())
-    if model.native is None:
+    if model.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     cache = model.new_cache(1, 64)
     with torch.inference_mode(), pytest.raises(ValueError, match="position"):
@@ -110,13 +110,13 @@ def test_no_compile_runs_eager_and_compile_refuses_what_it_cannot_run(tmp_path):
     from specdec.models.loader import load_model, save_checkpoint
     from tests.conftest import TOKENIZER
     eager = load_model(default_draft(), compile=False)
-    assert eager.native is None and eager.kernel.name != "native"
+    assert eager.runner.native is None and eager.kernel.name != "native"
     odd = make_model(prepare=False, hidden_size=72, intermediate_size=120)
     save_checkpoint(odd, TOKENIZER, tmp_path / "odd")
     with pytest.raises(ConfigError, match="native decoder cannot run"):
         load_model(tmp_path / "odd", compile=True)
     if linear._native_available(torch.device("cpu")):
-        assert load_model(default_draft(), compile=True).native is not None
+        assert load_model(default_draft(), compile=True).runner.native is not None
 
 
 @pytest.mark.parametrize("kw", [dict(vocab=8190), dict(attention_bias=True), dict(num_key_value_heads=4)])
@@ -124,7 +124,7 @@ def test_the_native_decoder_matches_eager_pytorch(kw):
     """Odd output sizes (a partial last panel), q/k/v biases (Qwen2) and no GQA: the compiled
     decoder's logits agree with the eager oneDNN forward, and stay shape-invariant."""
     native = make_model(prepare=False, seed=2, std=0.1, **kw).prepare(KERNELS["native"]())
-    if native.native is None:
+    if native.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     if kw.get("attention_bias"):
         with torch.no_grad():

@@ -12,7 +12,7 @@ from tests.conftest import make_model
 @pytest.mark.parametrize("layers", [None, 1])
 def test_draft_argmax_equals_the_step_by_step_loop(layers):
     model = make_model(2, std=0.5)
-    if model.native is None:
+    if model.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     lengths = [5, 17, 9]
     g = torch.Generator().manual_seed(0)
@@ -20,7 +20,7 @@ def test_draft_argmax_equals_the_step_by_step_loop(layers):
     first = torch.randint(2, 8192, (3,), generator=g)
     pos = torch.tensor(lengths)
     with torch.inference_mode():
-        fast = model.native.draft_argmax(first, pos, 6, caches[0], layers)                # (3, 6)
+        fast = model.runner.native.draft_argmax(first, pos, 6, caches[0], layers)                # (3, 6)
         tok, slow = first, []
         for i in range(6):
             logits = model(tok[:, None], (pos + i)[:, None], caches[1], num_layers=layers)
@@ -30,7 +30,7 @@ def test_draft_argmax_equals_the_step_by_step_loop(layers):
     for k_fast, k_slow in zip(caches[0].k, caches[1].k):
         assert torch.equal(k_fast, k_slow)
     with pytest.raises(ValueError, match="position"):
-        model.native.draft_argmax(first, pos + 60, 6, caches[0])
+        model.runner.native.draft_argmax(first, pos + 60, 6, caches[0])
 
 
 @pytest.mark.parametrize("path", ["native", "eager"])
@@ -42,10 +42,10 @@ def test_argmax_out_is_torch_argmax_of_the_logits(path):
         model.lm_head.weight[9] = model.lm_head.weight[7]
         model.lm_head.weight[7:10] *= 40.0              # rows 7 and 9 win often, tied exactly
     model.prepare(choose_kernel())
-    if path == "native" and model.native is None:
+    if path == "native" and model.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     if path == "eager":
-        model.native = None
+        model.runner.native = None
     cache = model.new_cache(3, 64)
     tokens = torch.randint(2, 8192, (3, 6), generator=torch.Generator().manual_seed(1))
     best = torch.full((3, 6), -1, dtype=torch.long)
@@ -63,7 +63,7 @@ def test_draft_sample_equals_the_step_by_step_loop():
     model, caches, first, pos, u = _sampling_case(seed=4, width=1, steps=steps)
     temperature = torch.tensor([0.7, 1.0, 1.3])
     with torch.inference_mode():
-        fast, q_fast = model.native.draft_sample(first, pos, steps, caches[0], temperature, u)
+        fast, q_fast = model.runner.native.draft_sample(first, pos, steps, caches[0], temperature, u)
         tok, slow, q_slow = first, [], []
         for i in range(steps):
             logits = model(tok[:, None], (pos + i)[:, None], caches[1])
@@ -95,7 +95,7 @@ def test_draft_sample_with_two_tokens_fed_equals_the_step_by_step_loop():
     model, caches, feed, pos, u = _sampling_case(seed=5, width=2, steps=steps)
     temperature = torch.tensor([1.0, 0.8, 1.2])
     with torch.inference_mode():
-        fast, q_fast = model.native.draft_sample(feed, pos, steps, caches[0], temperature, u)
+        fast, q_fast = model.runner.native.draft_sample(feed, pos, steps, caches[0], temperature, u)
         logits = model(feed, pos[:, None] + torch.arange(2), caches[1])[:, -1:]
         slow, q_slow = [], []
         for i in range(steps):
@@ -115,7 +115,7 @@ def _sampling_case(seed: int, width: int, steps: int):
     """A model with the compiled decoder, two identical 3-row caches, the tokens to feed
     ((3,) for width 1, else (3, width)), their first positions and (3, steps) uniforms."""
     model = make_model(3, std=0.5)
-    if model.native is None:
+    if model.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     lengths = [5, 17, 9]
     caches = [_prefilled(model, lengths) for _ in range(2)]

@@ -29,12 +29,12 @@ def _case(seed, B, k, V, one_hot, close):
 @pytest.mark.parametrize("k", [0, 1, 3, 8])
 def test_native_verification_equals_rejection_verify(k, one_hot):
     model = make_model(1, std=0.5)
-    if model.native is None:
+    if model.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     V, agree, rounds, accepted, rejected = 64, 0, 0, 0, 0
     for seed in range(60):
         logits, t, p, q, drafts, nd, u = _case(seed, 4, k, V, one_hot, close=seed % 2 == 0)
-        n_fast, next_fast, beta_fast = model.native.verify_sample(logits, t, drafts, q, nd, u, k > 0)
+        n_fast, next_fast, beta_fast = model.runner.native.verify_sample(logits, t, drafts, q, nd, u, k > 0)
         n_ref, next_ref = rejection_verify(p, q, drafts, torch.tensor(nd), u[:, :k], u[:, k])
         assert n_fast == n_ref.tolist()
         agree += sum(a == b for a, b in zip(next_fast, next_ref.tolist()))

@@ -132,7 +132,7 @@ def _native_quantized(weights, seed=0, **kw):
     model = make_model(seed, prepare=False, **kw)
     quantize(model, weights)
     model.prepare(KERNELS["native"]())
-    assert model.native is not None and model.native.weights == weights
+    assert model.runner.native is not None and model.runner.native.weights == weights
     return model
 
 
@@ -163,7 +163,7 @@ def bundled_quantized(request):
     _native_lib()
     target = load_model(default_target(), weights=request.param)
     draft = load_model(default_draft(), exact=False, weights=request.param)
-    assert target.native.weights == draft.native.weights == request.param
+    assert target.runner.native.weights == draft.runner.native.weights == request.param
     return target, draft
 
 

@@ -32,10 +32,10 @@ def _path(parents, j):
 @pytest.mark.parametrize("native", [True, False])
 def test_a_node_scores_as_its_path_would_as_a_chain(native):
     model = make_model(3)
-    if native and model.native is None:
+    if native and model.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     if not native:
-        model.native = None
+        model.runner.native = None
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(2, 8192, (n,), generator=g).tolist() for n in CTX]
     nodes = [torch.randint(2, 8192, (len(t),), generator=g).tolist() for t in TREES]
@@ -64,7 +64,7 @@ def test_bad_trees_are_refused():
     with pytest.raises(ValueError, match="at most"):
         block_layout([10], [[-1] * MAX_TREE], MAX_TREE + 1)
     model = make_model(3)
-    if model.native is None:
+    if model.runner.native is None:
         pytest.skip("no C compiler: the native decoder is unavailable")
     cache = _fresh(model, [[2, 3, 4]])
     pos, tree = block_layout([3], [[-1]], 2)

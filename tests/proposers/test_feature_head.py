@@ -74,7 +74,7 @@ def test_the_first_draft_reads_the_prompts_features(heads):
     eng.add_request(prompt, SamplingParams(max_new_tokens=3, ignore_eos=True))
     eng.step()                                                          # admission: the first token
     assert eng.running[0].token_ids == seq
-    got = eng.proposer.propose(Batch(eng.running, eng._batch_sampling()), 1)
+    got = eng.proposer.propose(Batch(eng.running, eng.rows.sampling()), 1)
     assert int(got.tokens[0, 0]) == int(want)
 
 
@@ -124,7 +124,7 @@ def test_the_compiled_draft_loop_drafts_what_the_python_loop_does(heads):
     drafts = {}
     for compiled in (True, False):
         prop = FeatureHeadProposer(target, head, 4, 256)
-        prop.compiled_loop = compiled
+        prop.decoder.runner.fused = compiled
         eng = Engine(target, SpecConfig(method="eagle", k=5), EngineConfig(max_batch=4, max_model_len=128),
                      proposer=prop)
         seen = []
@@ -133,4 +133,4 @@ def test_the_compiled_draft_loop_drafts_what_the_python_loop_does(heads):
         eng.generate(prompts, params)
         drafts[compiled] = seen
     assert drafts[True] == drafts[False] and len(drafts[True]) > 10
-    assert FeatureHeadProposer(target, head, 1, 64).compiled_loop == (target.native is not None)
+    assert (FeatureHeadProposer(target, head, 1, 64)._proj_packed is not None) == (target.runner.native is not None)

@@ -88,7 +88,7 @@ def test_a_head_tree_holds_the_heads_greedy_chain(loopy_target):
                      proposer=prop)
         eng.add_request(PROMPT, SamplingParams(max_new_tokens=8, ignore_eos=True))
         eng.step()                                                      # admission: the first token
-        drafts[tree] = prop.propose(Batch(eng.running, eng._batch_sampling()), 3)
+        drafts[tree] = prop.propose(Batch(eng.running, eng.rows.sampling()), 3)
     chain, toks, parents = drafts[0].tokens[0].tolist(), drafts[budget].tokens[0].tolist(), drafts[budget].parents[0]
     node = -1
     for depth, want in enumerate(chain):

@@ -207,7 +207,7 @@ def test_auto_reads_each_prompt_at_its_first_drafted_round(tiny_target):
     seq = eng.running[0]
     early.start_rows([0], [seq])
     assert late.cache.lengths[0] == 0
-    late._catch_up(Batch(eng.running, eng._batch_sampling()))
+    late._catch_up(Batch(eng.running, eng.rows.sampling()))
     n = len(seq.token_ids) - 1
     assert late.cache.lengths[0] == early.cache.lengths[0] == n
     assert all(torch.equal(a[0, :, :n], b[0, :, :n]) for a, b in zip(late.cache.k + late.cache.v, early.cache.k + early.cache.v))

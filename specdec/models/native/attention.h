@@ -1,5 +1,8 @@
 /* Attention over the KV cache (decoder.c's forward), for chains and token trees. */
 #pragma once
+#include "simd.h"
+#include "model.h"
+#include "linear.h"   /* tile_mn: a block's scores are a small linear */
 
 /* softmax(q K^T / sqrt(D)) V over each query's cached positions 0..pos. One work item is a
  * (batch row, kv head, block of up to QB of that row's T*G queries). The block's scores are

@@ -1,4 +1,4 @@
-"""Compile decoder.c (with simd.h and linear.h) once per machine and load it; None (and one warning) where that fails.
+"""Compile decoder.c (with its headers) once per machine and load it; None (and one warning) where that fails.
 
 The shared library is cached under ~/.cache/specdec/native (or $SPECDEC_CACHE/native),
 keyed by the source, the flags, the compiler and the CPU, so a second start loads it in
@@ -23,6 +23,8 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+
+from .abi import declare
 
 SOURCE = Path(__file__).with_name("decoder.c")
 # -ffp-contract=off: no fused multiply-adds but the explicit ones, so every code path
@@ -91,13 +93,9 @@ def load() -> ctypes.CDLL | None:
     try:
         if not path.exists():
             _compile(cc, path)
-        lib = ctypes.CDLL(str(path))
+        lib = declare(ctypes.CDLL(str(path)))   # argtypes, and the struct layouts checked
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         warnings.warn(f"specdec: native decoder unavailable ({str(e)[:200]}); decoding runs the "
                       "slower eager PyTorch path", RuntimeWarning, stacklevel=2)
         return None
-    lib.sd_forward.restype = lib.sd_draft_argmax.restype = lib.sd_draft_sample.restype = ctypes.c_int
-    lib.sd_head_draft.restype = ctypes.c_int
-    lib.sd_scratch_floats.restype = ctypes.c_size_t
-    lib.sd_packed_floats.restype = lib.sd_packed_groups.restype = ctypes.c_size_t
     return lib

@@ -19,21 +19,10 @@
  *   qkv (H*D + 2*Hkv*D, d), gate_up (2*F, d); KV cache per layer (rows, Hkv, max_len, D).
  */
 #include "simd.h"
+#include "model.h"
 #include "linear.h"
 #include "sampling.h"
-
-typedef struct {
-    int hidden, heads, kv_heads, head_dim, inter, vocab, layers, rope_len;
-    float eps;
-    const float *embed, *norm, *head;         /* (V, d), (d,), (V, d) */
-    const float *rope_cos, *rope_sin;         /* (rope_len, D/2) */
-    const float **in_norm, **qkv, **qkv_bias, **o, **post_norm, **gate_up, **down;
-    /* quantized weights: per layer the scales of qkv, o, gate_up, down, and the head's; NULL
-     * for fp32 (then the weight pointers above are floats). int8: (N,) scales of int8
-     * panels; int4 (int4 = 1): packed group scales of int4 panels (linear.h, sd_pack_i4) */
-    const float **qkv_s, **o_s, **gate_up_s, **down_s, *head_s;
-    int int4;
-} Model;
+#include "attention.h"
 
 /* a linear of the model: int8 or int4 panels with their scales, or fp32 panels */
 static inline void lin(const Model *md, const float *x, int M, int K, const float *P, const float *const *s,
@@ -42,13 +31,6 @@ static inline void lin(const Model *md, const float *x, int M, int K, const floa
     else if (s) linear_i8(x, M, K, (const int8_t *)P, NULL, s[l], bias, N, y, acc_out);
     else linear(x, M, K, P, NULL, NULL, bias, N, y, acc_out);
 }
-
-typedef struct {
-    float **k, **v;                            /* per layer: (rows, Hkv, max_len, D) */
-    int rows, max_len;
-} Cache;
-
-#include "attention.h"   /* needs Model and Cache */
 
 /* ---- row-wise pieces ----------------------------------------------------------------- */
 static void rmsnorm_rows(const float *x, const float *w, float *y, int M, int d, float eps) {
@@ -114,20 +96,13 @@ size_t sd_scratch_floats(const Model *md, int M, int max_len, int threads) {
     return (size_t)M * (2 * d + qkv + att + f2 + md->inter) + (size_t)threads * QB * (max_len + md->head_dim);
 }
 
-/* tokens, pos: (B, T) int64; embeds: NULL, or (B*T, d) floats used instead of the tokens'
- * embeddings (a feature head's input; tokens are then not read). Rows b use cache row row0 + b. slots, anc, tree_base: NULL (a chain:
- * input m writes its K/V at pos[m] and sees keys 0..pos[m]), or a token tree: (B, T) int64
- * slots where each input's K/V go, (B, T) uint64 ancestor masks over the MAX_TREE slots from
- * tree_base (B,) on (attention.h). out: (B*T, V) logits, or
- * (B*T, d) final hidden states when want_logits is 0. argmax: NULL, or (B*T,) int64 that
- * receives each position's argmax (while its logits are still in cache: a greedy round then
- * needs no tensor op after the forward). Returns 0, or a negative code for an argument the
- * caller should have refused (-1 position or slot out of range, -2 token id, -4 a tree slot outside
- * [tree_base, tree_base + MAX_TREE)). */
-int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tokens, const float *embeds,
-               const int64_t *pos, const int64_t *slots, const uint64_t *anc, const int64_t *tree_base,
-               int row0, int layers, int want_logits, float *out, int64_t *argmax, float *scratch,
-               int threads) {
+/* One forward (model.h's Call says what to feed and what to return). Returns 0, or a negative
+ * code for an argument the caller should have refused (-1 position or slot out of range, -2
+ * token id, -4 a tree slot outside [tree_base, tree_base + MAX_TREE)). */
+static int forward(const Model *md, const Cache *c, int B, int T, const int64_t *tokens, const float *embeds,
+                   const int64_t *pos, const int64_t *slots, const uint64_t *anc, const int64_t *tree_base,
+                   int row0, int layers, int want_logits, float *out, int64_t *argmax, float *scratch,
+                   int threads) {
     int M = B * T, d = md->hidden, F = md->inter;
     int H = md->heads, D = md->head_dim, Hkv = md->kv_heads;
     int nq = (H + 2 * Hkv) * D;
@@ -169,6 +144,16 @@ int sd_forward(const Model *md, const Cache *c, int B, int T, const int64_t *tok
     return 0;
 }
 
+/* The forward Python calls: one struct of arguments (model.h), so the ctypes side names each
+ * field once instead of passing seventeen positional ones. */
+int sd_forward(const Model *md, const Cache *c, const Call *a) {
+    return forward(md, c, a->B, a->T, a->tokens, a->embeds, a->pos, a->slots, a->anc, a->tree_base, a->row0,
+                   a->layers, a->want_logits, a->out, a->argmax, a->scratch, a->threads);
+}
+
+/* model.h's layout_of, for the ctypes mirror's check at load. */
+int sd_layout(int64_t *out, int n) { return layout_of(out, n); }
+
 /* The roofline probe: read n floats (n a multiple of 8*threads) the way the linears read
  * their weights, split between the threads in contiguous chunks. Returns the sum. */
 float sd_stream(const float *buf, size_t n, int threads) {
@@ -199,7 +184,7 @@ int sd_draft_argmax(const Model *md, const Cache *c, int B, int64_t *tokens, con
     int64_t pos[B];
     for (int s = 0; s < steps; s++) {
         for (int b = 0; b < B; b++) pos[b] = pos0[b] + s;
-        int rc = sd_forward(md, c, B, 1, tokens, NULL, pos, NULL, NULL, NULL, 0, layers, 1, logits, tokens, scratch, threads);
+        int rc = forward(md, c, B, 1, tokens, NULL, pos, NULL, NULL, NULL, 0, layers, 1, logits, tokens, scratch, threads);
         if (rc) return rc;
         for (int b = 0; b < B; b++) out[(size_t)b * steps + s] = tokens[b];
     }
@@ -221,7 +206,7 @@ int sd_draft_sample(const Model *md, const Cache *c, int B, int T0, const int64_
         int T = s ? 1 : T0;
         for (int b = 0; b < B; b++)
             for (int j = 0; j < T; j++) pos[b * T + j] = pos0[b] + (s ? T0 - 1 + s : j);
-        int rc = sd_forward(md, c, B, T, s ? cur : feed, NULL, pos, NULL, NULL, NULL, 0, layers, 1, logits, NULL, scratch, threads);
+        int rc = forward(md, c, B, T, s ? cur : feed, NULL, pos, NULL, NULL, NULL, 0, layers, 1, logits, NULL, scratch, threads);
         if (rc) return rc;
         #pragma omp parallel for num_threads(threads) schedule(static)
         for (int b = 0; b < B; b++) {
@@ -267,7 +252,7 @@ int sd_head_draft(const Model *md, const Cache *c, int B, int T0, const int64_t 
             rmsnorm_rows(f, hnorm, hn, M, d, eps);
             linear(hn, M, d, proj, NULL, NULL, NULL, d, x, 1);
         }
-        int rc = sd_forward(md, c, B, T, tk, x, pos, NULL, NULL, NULL, 0, 1, 1, logits,
+        int rc = forward(md, c, B, T, tk, x, pos, NULL, NULL, NULL, 0, 1, 1, logits,
                             temperature ? NULL : best, scratch, threads);
         if (rc) return rc;
         for (int b = 0; b < B; b++)                       /* the last entry's output: h follows x */

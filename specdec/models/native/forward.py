@@ -20,23 +20,9 @@ import torch
 
 from ..kv_cache import KVCache
 from ..quantize import quantized_weight
+from . import abi
 
-_P = ctypes.c_void_p
-_PP = ctypes.POINTER(ctypes.c_void_p)
-
-
-class _Model(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int) for n in ("hidden", "heads", "kv_heads", "head_dim", "inter",
-                                            "vocab", "layers", "rope_len")] + \
-               [("eps", ctypes.c_float)] + \
-               [(n, _P) for n in ("embed", "norm", "head", "rope_cos", "rope_sin")] + \
-               [(n, _PP) for n in ("in_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down")] + \
-               [(n, _PP) for n in ("qkv_s", "o_s", "gate_up_s", "down_s")] + [("head_s", _P)] + \
-               [("int4", ctypes.c_int)]
-
-
-class _Cache(ctypes.Structure):
-    _fields_ = [("k", _PP), ("v", _PP), ("rows", ctypes.c_int), ("max_len", ctypes.c_int)]
+_P, _PP = abi.P, abi.PP
 
 
 def _ptrs(tensors) -> ctypes.Array:
@@ -81,7 +67,7 @@ class NativeForward:
         self._embed = model.model.embed_tokens.weight.detach().contiguous()   # gathered by row
         self._norm = model.model.norm.weight.detach().contiguous()
         (self._head,), (head_s,) = self._pack_all([(model.lm_head,)])
-        self.struct = _Model(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+        self.struct = abi.Model(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                              c.intermediate_size, c.vocab_size, c.num_hidden_layers, 0, c.rms_norm_eps,
                              self._embed.data_ptr(), self._norm.data_ptr(), self._head.data_ptr(), None, None)
         self.struct.int4 = int(self.weights == "int4")
@@ -134,11 +120,11 @@ class NativeForward:
         self.struct.rope_cos, self.struct.rope_sin = self._cos.data_ptr(), self._sin.data_ptr()
 
     @staticmethod
-    def _cache_struct(cache: KVCache) -> _Cache:
+    def _cache_struct(cache: KVCache) -> abi.Cache:
         s = getattr(cache, "_native", None)
         if s is None:
             keep = (_ptrs(cache.k), _ptrs(cache.v))
-            s = _Cache(ctypes.cast(keep[0], _PP), ctypes.cast(keep[1], _PP), cache.num_rows, cache.max_len)
+            s = abi.Cache(ctypes.cast(keep[0], _PP), ctypes.cast(keep[1], _PP), cache.num_rows, cache.max_len)
             s._keep = keep
             cache._native = s
         return s
@@ -169,14 +155,13 @@ class NativeForward:
         cs = self._cache_struct(cache)
         with self._lock:
             scratch = self._prepare(B * T, cache, threads)
-            rc = self.lib.sd_forward(
-                ctypes.byref(self.struct), ctypes.byref(cs), B, T, _P(tokens.data_ptr()),
-                _P(embeds.data_ptr()) if embeds is not None else None, _P(positions.data_ptr()), _P(slots.data_ptr()) if tree is not None else None,
-                _P(anc.data_ptr()) if tree is not None else None,
-                _P(base.data_ptr()) if tree is not None else None, 0, num_layers or c.num_hidden_layers,
-                int(not hidden_only),
-                _P(out.data_ptr()), _P(argmax_out.data_ptr()) if argmax_out is not None else None,
-                scratch, threads)
+            call = abi.Call(B, T, tokens.data_ptr(), embeds.data_ptr() if embeds is not None else None,
+                            positions.data_ptr(), slots.data_ptr() if tree is not None else None,
+                            anc.data_ptr() if tree is not None else None,
+                            base.data_ptr() if tree is not None else None, 0, num_layers or c.num_hidden_layers,
+                            int(not hidden_only), out.data_ptr(),
+                            argmax_out.data_ptr() if argmax_out is not None else None, scratch, threads)
+            rc = self.lib.sd_forward(ctypes.byref(self.struct), ctypes.byref(cs), ctypes.byref(call))
             if hidden_out is not None and rc == 0:
                 src = out if hidden_only else self._scratch[B * T * c.hidden_size:2 * B * T * c.hidden_size]
                 hidden_out.copy_(src.view(B, T, c.hidden_size))
