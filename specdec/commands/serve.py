@@ -2,13 +2,16 @@
 
 The server-wide --method/--k set the default speculation; each request may override it
 with the `speculative` extension. SIGTERM/SIGINT drain in-flight requests (up to
---shutdown-timeout seconds) before exiting.
+--shutdown-timeout seconds) before exiting; during start-up (loading, building the default
+engine, measuring what it needs) they end the process at once, with status 0.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -51,7 +54,9 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import uvicorn
 
-    from ..build import load_models, require_cache_memory, resolve_spec
+    for s in (signal.SIGINT, signal.SIGTERM):          # until the server is ready: stop at once
+        signal.signal(s, _exit_now)
+    from ..build import load_models, require_cache_memory
     from ..config import EngineConfig
     from ..server.app import ServerConfig, create_app
 
@@ -73,8 +78,7 @@ def run(args) -> int:
     models = load_models(target, draft, **load)
     spec = spec_from_args(args, has_draft=models.draft is not None)
     context = args.max_model_len or models.target.config.max_position_embeddings
-    require_cache_memory(models, resolve_spec(models.target, spec), EngineConfig(max_batch=args.max_batch,
-                                                                                 max_model_len=context))
+    require_cache_memory(models, spec, EngineConfig(max_batch=args.max_batch, max_model_len=context))
     cfg = ServerConfig(spec=spec, max_batch=args.max_batch, max_queue=args.max_queue,
                        max_model_len=args.max_model_len, api_key=args.api_key,
                        request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes,
@@ -100,12 +104,26 @@ def _read_template(path: Path) -> str:
     return source
 
 
+def _exit_now(signum, frame=None) -> None:
+    """A stop signal during start-up: nothing is in flight, so the process ends now, without
+    waiting for a thread that builds (and may be measuring for) the default engine. Nothing is
+    left half-written: cache files are replaced whole."""
+    print(f"specdec: stopped during start-up ({signal.Signals(signum).name})", file=sys.stderr, flush=True)
+    os._exit(0)
+
+
 def _graceful_server(config):
     import uvicorn
 
     class Server(uvicorn.Server):
         """uvicorn's server, minus re-raising the signal after a graceful shutdown (which
-        would make a clean SIGTERM exit look like a kill)."""
+        would make a clean SIGTERM exit look like a kill), and stopping at once on a signal
+        before it has started (the lifespan builds the default engine: `_exit_now`)."""
+
+        def handle_exit(self, sig, frame):
+            if not self.started:
+                _exit_now(sig, frame)
+            super().handle_exit(sig, frame)
 
         @contextlib.contextmanager
         def capture_signals(self):
