@@ -8,7 +8,9 @@ A real round costs its forwards (the cost model, here the cold start's prior: co
 plus what they leave out: Python, sampling, verification, a proposer without a model. Per
 proposer key, sampling mode and batch size b, each k keeps the times of its last WINDOW rounds,
 moved to the reference cache length along the forwards' slope in L; its offset r_k is their
-median less the forwards' price. A row b is priced:
+lower quartile less the forwards' price (another process on the cores only ever adds time, and
+ks run at different moments: a median priced a k whose rounds fell in a busy spell up to 20x
+its cost on a shared 2-core machine). A row b is priced:
 
 - k = 0 at r_0;
 - k >= 1, with two or more drafting k observed: on the Theil-Sen line through their offsets (one
@@ -31,7 +33,6 @@ keys and modes without one.
 """
 from __future__ import annotations
 
-import statistics
 from collections import deque
 
 import numpy as np
@@ -41,9 +42,10 @@ from ..costs.cost_model import CostModel
 from ..costs.key import CostKey
 from ..costs.rounds import theil_sen
 
-WINDOW = 16       # round times kept per (b, k): the median of 16 ignores up to 7 slow rounds of a
+WINDOW = 16       # round times kept per (b, k): their lower quartile ignores up to 12 slow rounds of a
                   # shared machine and follows a lasting change within 16 rounds at that k
-RAISE_N = 3       # rounds at a k before its own median may raise it above the line: one slow round
+QUANTILE = 0.25   # the quantile of the window a k is priced at (the lower quartile: see above)
+RAISE_N = 3       # rounds at a k before its own price may raise it above the line: one slow round
                   # must not price a k out for good (a k priced too high is not run again)
 SAVE_EVERY = 1024  # observations of a key and mode between saves once past the doubling schedule
 ONLINE_VERSION = 1  # how online tables are stored; other versions are ignored
@@ -120,7 +122,8 @@ class OnlineRounds:
         """Row b's offsets at k = 0..k_max as priced (module doc); NaN where nothing is known."""
         k_max = self.cost.k_max
         forward = self.cost.curve(key, b, k_max, None)[0]
-        med = {k: statistics.median(s) - forward[k] for (bb, k), s in t.samples.items() if bb == b and s}
+        med = {k: sorted(s)[int(QUANTILE * (len(s) - 1))] - forward[k] for (bb, k), s in t.samples.items()
+               if bb == b and s}
         n = {k: len(t.samples[(b, k)]) for k in med}
         out = np.full(k_max + 1, np.nan)
         if 0 in med:

@@ -64,7 +64,6 @@ class AdaptiveK(KPolicy):
         self._eval_key = None                     # and the proposer's cost key then
         self.last_choice: dict = {}               # for inspection: tokens, times, scores by k
         self._tables: dict = {}                   # (b, key, sampled) -> (online version, round costs at 1..b)
-        self._joined = False                      # a request joined since the last round
 
     def _learns(self, key, sampled: bool) -> bool:
         """Whether rounds of `key` in this mode are priced by the online table."""
@@ -128,7 +127,6 @@ class AdaptiveK(KPolicy):
 
     def start(self, row, seq):
         self._since = RECHECK                        # a new request: evaluate at once
-        self._joined = True
         self.acc.start(row, seq.params.verification)
 
     def move_row(self, src, dst):
@@ -144,15 +142,13 @@ class AdaptiveK(KPolicy):
 
     def _learn(self, result: RoundResult) -> None:
         """Hand the round's time to the online table, as a round verifying the widest draft it
-        made; except a round that carries work of other rounds (the draft model's catch-up
-        after plain rounds; the first after a request joined) or drafted fewer than asked for
-        (k >= 1 with nothing drafted), and a key and mode with a measured table."""
-        joined, self._joined = self._joined, False
+        made; except a round that carries work of earlier rounds (the draft model's catch-up
+        after plain rounds), one that drafted nothing though asked to, and a key and mode with
+        a measured table."""
         key, k = result.cost_key, max(result.num_draft, default=0)
         sampling = getattr(result.batch, "sampling", None)
         sampled = sampling is not None and not sampling.all_greedy
-        if (joined or (result.k and self._idle) or (result.k and not k) or k > result.k
-                or not self._learns(key, sampled)):
+        if (result.k and self._idle) or (result.k and not k) or k > result.k or not self._learns(key, sampled):
             return
         L = max(len(s.token_ids) for s in result.batch)
         self.online.record(key, sampled, len(result.batch), k, L, result.dt)
