@@ -52,14 +52,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import uvicorn
-
-    for s in (signal.SIGINT, signal.SIGTERM):          # until the server is ready: stop at once
-        signal.signal(s, _exit_now)
-    from ..build import load_models, require_cache_memory
-    from ..config import EngineConfig
-    from ..server.app import ServerConfig, create_app
-
     if args.method and args.method != "draft" and args.draft is not None:
         raise ConfigError("--draft and --method NAME (other than draft) are mutually exclusive")
     if not 0 < args.port < 65536:
@@ -75,6 +67,19 @@ def run(args) -> int:
     load = load_kwargs(args)
     if load["head"] is None and args.target is None and args.method not in ("eagle", "mtp"):
         load["head"] = default_head()      # the bundled pair's head: requests may ask for eagle
+    with _stop_at_once():                  # until the server is ready (then uvicorn's handlers)
+        _serve(args, target, draft, load, template)
+    return 0
+
+
+def _serve(args, target, draft, load: dict, template: str | None) -> None:
+    """Load, build the app and serve until a signal (run's arguments, checked)."""
+    import uvicorn
+
+    from ..build import load_models, require_cache_memory
+    from ..config import EngineConfig
+    from ..server.app import ServerConfig, create_app
+
     models = load_models(target, draft, **load)
     spec = spec_from_args(args, has_draft=models.draft is not None)
     context = args.max_model_len or models.target.config.max_position_embeddings
@@ -90,7 +95,21 @@ def run(args) -> int:
     server = _graceful_server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                     timeout_graceful_shutdown=args.shutdown_timeout))
     server.run()
-    return 0
+
+
+@contextlib.contextmanager
+def _stop_at_once():
+    """SIGTERM and SIGINT end the process at once (`_exit_now`) inside, where the main thread
+    can install handlers; the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _exit_now) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def _read_template(path: Path) -> str:
