@@ -9,8 +9,8 @@ plus what they leave out: Python, sampling, verification, a proposer without a m
 proposer key, sampling mode and batch size b, each k keeps the times of its last WINDOW rounds,
 moved to the reference cache length along the forwards' slope in L; its offset r_k is their
 lower quartile less the forwards' price (another process on the cores only ever adds time, and
-ks run at different moments: a median priced a k whose rounds fell in a busy spell up to 20x
-its cost on a shared 2-core machine). A row b is priced:
+different k run at different moments: on a shared 2-core machine a median priced plain rounds
+that fell in a busy spell at 20x their cost). A row b is priced:
 
 - k = 0 at r_0;
 - k >= 1, with two or more drafting k observed: on the Theil-Sen line through their offsets (one
@@ -24,8 +24,9 @@ its cost on a shared 2-core machine). A row b is priced:
 
 So a price no round has confirmed is the lowest the evidence allows (optimism under
 uncertainty), and the policy re-evaluates a switch the next round: a k chosen on such a price
-runs one round and is then priced by its own time. At most k_max + 1 such rounds per key, mode
-and batch size, once per machine: what is learned is saved (`online-<hash>.json` beside the
+runs one round (two, where the first carried a catch-up, which is not recorded) and is then
+priced by its own time. At most 2(k_max + 1) such rounds per key, mode and batch size, once
+per machine (docs/adaptive.md, the bound): what is learned is saved (`online-<hash>.json` beside the
 measured tables, costs/cache.py, under the round tables' identity) after 16, 32, 64, ...
 observations of a key and mode, and every SAVE_EVERY after 1024, and read back by the next run.
 A measured round table (`specdec profile`) takes precedence: AdaptiveK asks this one only for
@@ -79,6 +80,7 @@ class OnlineRounds:
         return self.tables[(key, sampled)]
 
     def version(self, key: CostKey, sampled: bool) -> int:
+        """A number that changes whenever the table of `key` and mode learns a round."""
         return self.table(key, sampled).version
 
     def record(self, key: CostKey, sampled: bool, b: int, k: int, L: float, dt: float) -> None:
@@ -96,6 +98,7 @@ class OnlineRounds:
             self.save(key, sampled)
 
     def save(self, key: CostKey, sampled: bool) -> None:
+        """Write the table of `key` and mode to the cache (its recent rounds, as recorded)."""
         t = self.table(key, sampled)
         cache.save(t.ident, {"samples": [[b, k, list(s)] for (b, k), s in sorted(t.samples.items())]}, False,
                    "online-")
@@ -122,13 +125,13 @@ class OnlineRounds:
         """Row b's offsets at k = 0..k_max as priced (module doc); NaN where nothing is known."""
         k_max = self.cost.k_max
         forward = self.cost.curve(key, b, k_max, None)[0]
-        med = {k: sorted(s)[int(QUANTILE * (len(s) - 1))] - forward[k] for (bb, k), s in t.samples.items()
+        low = {k: sorted(s)[int(QUANTILE * (len(s) - 1))] - forward[k] for (bb, k), s in t.samples.items()
                if bb == b and s}
-        n = {k: len(t.samples[(b, k)]) for k in med}
+        n = {k: len(t.samples[(b, k)]) for k in low}
         out = np.full(k_max + 1, np.nan)
-        if 0 in med:
-            out[0] = med[0]
-        drafting = {k: r for k, r in med.items() if k >= 1}
+        if 0 in low:
+            out[0] = low[0]
+        drafting = {k: r for k, r in low.items() if k >= 1}
         ks = np.arange(1, k_max + 1)
         if len(drafting) == 1:
             (k1, r1), = drafting.items()

@@ -163,3 +163,16 @@ def test_a_cold_start_times_forwards_only_and_no_round(tiny_target, tiny_draft, 
     assert eng.policy.online.observed(DRAFT_KEY, False, 1)
     plain = Engine(tiny_target, SpecConfig(method="none", k=0), EngineConfig(max_model_len=128))
     assert seq.output_ids == plain.generate([prompt], SamplingParams(max_new_tokens=24, ignore_eos=True))[0].output_ids
+
+
+def test_which_rounds_are_learnt():
+    """A round is learnt at the widest draft it verified; not a catch-up round (the first
+    drafting round after plain ones), nor one asked to draft that drafted nothing."""
+    pol, batch = cold_policy(n=2)
+    seen = lambda: {k: len(s) for (b, k), s in pol.online.table(DRAFT_KEY, False).samples.items()}  # noqa: E731
+    observe(pol, batch, 4, [3, 2], [1, 0], 0.02)          # an n-gram-like short draft: verified width 3
+    observe(pol, batch, 0, [0, 0], [0, 0], 0.01)
+    observe(pol, batch, 4, [4, 4], [0, 0], 0.05)          # after a plain round: the draft's catch-up
+    observe(pol, batch, 4, [0, 0], [0, 0], 0.01)          # asked for 4, drafted none
+    observe(pol, batch, 2, [2, 2], [2, 2], 0.02)
+    assert seen() == {3: 1, 0: 1, 2: 1}
