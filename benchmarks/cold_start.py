@@ -7,7 +7,9 @@ in throughput beside the fully calibrated path (`specdec profile` first).
     python benchmarks/cold_start.py throughput [--methods ...] [--prompts 4] [--repeats 3] [--new-tokens 256]
     python benchmarks/cold_start.py all --out benchmarks/results/first_token
 
-Start-up: each run is a fresh process with an empty $SPECDEC_CACHE (a new temporary folder,
+The specdec measured is the one of the checkout this script is in (or $SPECDEC_CODE's, e.g. an
+older commit's `git archive` for a before/after), whatever is installed. Start-up: each run is
+a fresh process with an empty $SPECDEC_CACHE (a new temporary folder,
 so the compiled decoder is built there too, while loading). A wrapper around
 `build.load_models` stamps the moment the models are loaded; from there the figure runs to the
 first token `specdec generate --prompt "def f(x):"` prints (first-token), to `LLM()` returning
@@ -36,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]    # the checkout this script belongs to: its specdec is measured
 METHODS = ("draft", "ngram", "suffix", "layerskip", "eagle", "auto")
 PROMPT = "def f(x):"
 START_TIMEOUT_S = 300          # a start-up slower than this is a failure, not a figure
@@ -139,8 +142,14 @@ def quietly(fn, *args) -> dict:
     raise SystemExit(f"no quiet window in {TRIES} tries")
 
 
+def _env(cache: Path) -> dict:
+    """A child's environment: the empty cache, and the specdec under measure first on its path."""
+    path = os.pathsep.join(p for p in (os.environ.get("SPECDEC_CODE", str(ROOT)), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "SPECDEC_CACHE": str(cache), "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+
+
 def _spawn(kind: str, args: list[str], cache: Path, threads: int) -> subprocess.Popen:
-    env = {**os.environ, "SPECDEC_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
+    env = _env(cache)
     return subprocess.Popen([sys.executable, __file__, f"_child-{kind}", *args, "--threads", str(threads)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
 
@@ -191,7 +200,7 @@ def serve_ready(method: str, threads: int) -> dict:
     try:
         t0 = time.time()
         with open(err_path, "w") as err_file:
-            env = {**os.environ, "SPECDEC_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
+            env = _env(cache)
             proc = subprocess.Popen([sys.executable, __file__, "_child-serve", "--method", method, "--port", str(port),
                                      "--log-level", "warning", "--threads", str(threads)],
                                     stdout=subprocess.DEVNULL, stderr=err_file, env=env, text=True)
@@ -317,6 +326,9 @@ def render(results: dict) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    code = os.environ.get("SPECDEC_CODE", str(ROOT))         # another checkout's specdec: $SPECDEC_CODE
+    if sys.path[:1] != [code]:
+        sys.path.insert(0, code)
     if argv and argv[0].startswith("_child-"):             # a fresh process, run by the parent
         kind, rest = argv[0], argv[1:]
         if kind == "_child-llm":
