@@ -49,10 +49,13 @@ TRIES = 6                      # a figure disturbed by another process is taken 
 
 
 def cpu_model() -> str:
+    """The model name plus family and model (a virtual machine may shorten the name to "AMD EPYC")."""
     try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
+        info: dict[str, str] = {}
+        for key, _, value in (line.partition(":") for line in Path("/proc/cpuinfo").read_text().splitlines()):
+            info.setdefault(key.strip(), value.strip())
+        return f"{info['model name']} family {info.get('cpu family', '?')} model {info.get('model', '?')}"
+    except (OSError, KeyError):
         return platform.processor()
 
 
