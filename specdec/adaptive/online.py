@@ -2,13 +2,16 @@
 
     online = OnlineRounds(cost_model)               # reads what earlier runs learned
     online.record(key, sampled, b, k, L, dt)        # from AdaptiveK.observe(RoundResult)
-    online.offsets(key, sampled, b, k_max)          # (k_max + 1,) seconds beyond the forwards
+    online.prices(key, sampled, b, k_max)           # (k_max + 1,) seconds of a round at l_ref
 
 A real round costs its forwards (the cost model, here the cold start's prior: costs/prior.py)
-plus what they leave out: Python, sampling, verification, a proposer without a model. Per
+plus what they leave out: Python, sampling, verification, a proposer without a model. The
+forwards enter as a baseline: plain decoding's, and for k >= 1 the Theil-Sen line through the
+drafting rounds' forwards (a few sparse, briefly timed forwards: one noisy point must not price
+its k out). Per
 proposer key, sampling mode and batch size b, each k keeps the times of its last WINDOW rounds,
 moved to the reference cache length along the forwards' slope in L; its offset r_k is their
-lower quartile less the forwards' price (another process on the cores only ever adds time, and
+lower quartile less the baseline (another process on the cores only ever adds time, and
 different k run at different moments: on a shared 2-core machine a median priced plain rounds
 that fell in a busy spell at 20x their cost). A row b is priced:
 
@@ -19,8 +22,8 @@ that fell in a busy spell at 20x their cost). A row b is priced:
 - with one drafting k1 observed: k1 at r_1, any other k at the cheaper of the two extrapolations
   the evidence allows, min(r_1, r_1 * k / k1) (all overhead fixed, or all per draft);
 - a k without an observation at b: the other rows' offsets, linear in b between them and held
-  outside (as costs/rounds.py prices rows it has not measured); none at all: 0, the forwards
-  alone, which understate every round (they are part of it).
+  outside (as costs/rounds.py prices rows it has not measured); none at all: 0, the baseline
+  alone, which understates every round (the forwards are part of it).
 
 So a price no round has confirmed is the lowest the evidence allows (optimism under
 uncertainty), and the policy re-evaluates a switch the next round: a k chosen on such a price
@@ -68,6 +71,7 @@ class OnlineRounds:
     def __init__(self, cost: CostModel, persist: bool = True):
         self.cost, self.persist = cost, persist
         self.tables: dict[tuple[CostKey, bool], _Table] = {}
+        self._base: dict[tuple[CostKey, int], np.ndarray] = {}
 
     def table(self, key: CostKey, sampled: bool) -> _Table:
         """The table of `key` and mode, read from the cache on first use."""
@@ -82,6 +86,21 @@ class OnlineRounds:
     def version(self, key: CostKey, sampled: bool) -> int:
         """A number that changes whenever the table of `key` and mode learns a round."""
         return self.table(key, sampled).version
+
+    def base(self, key: CostKey, b: int) -> np.ndarray:
+        """(cost.k_max + 1,) the baseline at l_ref: the forwards of a plain round, and for k >= 1
+        the Theil-Sen line through the drafting rounds' forwards."""
+        if (key, b) not in self._base:                      # the forwards never change: memoized
+            forward = self.cost.curve(key, b, self.cost.k_max, None)[0]
+            if len(forward) >= 3:
+                a, c = theil_sen({k: float(t) for k, t in enumerate(forward) if k >= 1})
+                forward = np.concatenate([forward[:1], a + c * np.arange(1, len(forward))])
+            self._base[(key, b)] = forward
+        return self._base[(key, b)]
+
+    def prices(self, key: CostKey, sampled: bool, b: int, k_max: int) -> np.ndarray:
+        """(k_max + 1,) seconds of a round drafting k = 0..k_max at b, at the reference length."""
+        return self.base(key, b)[:k_max + 1] + self.offsets(key, sampled, b, k_max)
 
     def record(self, key: CostKey, sampled: bool, b: int, k: int, L: float, dt: float) -> None:
         """One real round of b rows drafting k (k = 0: plain) that took `dt` s at longest cache L."""
@@ -108,7 +127,7 @@ class OnlineRounds:
         return sorted(k for bb, k in self.table(key, sampled).samples if bb == b)
 
     def offsets(self, key: CostKey, sampled: bool, b: int, k_max: int) -> np.ndarray:
-        """(k_max + 1,) seconds a round drafting k = 0..k_max costs beyond its forwards at b."""
+        """(k_max + 1,) seconds a round drafting k = 0..k_max costs beyond the baseline at b."""
         t = self.table(key, sampled)
         for r in t.dirty:
             t.priced[r] = self._row(t, key, r)
@@ -124,8 +143,8 @@ class OnlineRounds:
     def _row(self, t: _Table, key: CostKey, b: int) -> np.ndarray:
         """Row b's offsets at k = 0..k_max as priced (module doc); NaN where nothing is known."""
         k_max = self.cost.k_max
-        forward = self.cost.curve(key, b, k_max, None)[0]
-        low = {k: sorted(s)[int(QUANTILE * (len(s) - 1))] - forward[k] for (bb, k), s in t.samples.items()
+        base = self.base(key, b)
+        low = {k: sorted(s)[int(QUANTILE * (len(s) - 1))] - base[k] for (bb, k), s in t.samples.items()
                if bb == b and s}
         n = {k: len(t.samples[(b, k)]) for k in low}
         out = np.full(k_max + 1, np.nan)

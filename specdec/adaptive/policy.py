@@ -73,7 +73,7 @@ class AdaptiveK(KPolicy):
         """(base, slope): a round drafting k = 0..k_max costs base[k] + slope[k] * (L - l_ref)."""
         base, slope = self.cost.curve(key, b, self.k_max, sampled)
         if self._learns(key, sampled):
-            base = base + self.online.offsets(key, sampled, b, self.k_max)
+            base = self.online.prices(key, sampled, b, self.k_max)
         return base, slope
 
     def step_times(self, b: int, L: int, key, sampled: bool = False) -> np.ndarray:

@@ -176,3 +176,12 @@ def test_which_rounds_are_learnt():
     observe(pol, batch, 4, [0, 0], [0, 0], 0.01)          # asked for 4, drafted none
     observe(pol, batch, 2, [2, 2], [2, 2], 0.02)
     assert seen() == {3: 1, 0: 1, 2: 1}
+
+
+def test_one_slow_forward_in_the_prior_does_not_price_its_k_out():
+    """The baseline is a line through the prior's drafting forwards: a forward timed 50% slow at
+    q = 3 leaves k = 2 priced as its neighbours say."""
+    spiky = lambda b, q, L: TARGET(b, q, L) * (1.5 if q == 3 else 1.0)     # noqa: E731
+    clean = OnlineRounds(synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX), persist=False)
+    noisy = OnlineRounds(synthetic_cost_model(spiky, DRAFT, k_max=K_MAX), persist=False)
+    np.testing.assert_allclose(noisy.prices(DRAFT_KEY, False, 1, K_MAX), clean.prices(DRAFT_KEY, False, 1, K_MAX))
