@@ -1,7 +1,6 @@
 """specdec from Python: generate, stream, read the acceptance statistics, handle bad input.
 
     python examples/quickstart.py          # the bundled target and draft, a few seconds on a CPU
-                                           # (the first run also measures this machine's costs: ~40 s)
 
 tests/test_typing.py type-checks this file with mypy; tests/test_docs_examples.py runs it.
 """
@@ -13,7 +12,7 @@ NEW_TOKENS = 16  # tokens generated per prompt
 
 
 def main() -> None:
-    llm = LLM(max_batch=1)                                 # bundled pair, k chosen per round
+    llm = LLM()                                            # bundled pair, k chosen per round
     greedy = SamplingParams(max_new_tokens=NEW_TOKENS)
     sampled = SamplingParams(temperature=0.8, seed=7, max_new_tokens=NEW_TOKENS)
     outputs: list[RequestOutput] = llm.generate(["def parse(argv):", "import os\n"], [greedy, sampled])

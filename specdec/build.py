@@ -3,10 +3,12 @@
     models = load_models("models/target", "models/draft")
     engine = make_engine(models, SpecConfig(method="draft", k="auto"), EngineConfig())
 
-This is where the machine is measured, never below: `k="auto"` gets the adaptive policy
-with a cost model loaded from the cache or measured here (forwards and real rounds at the
-batch rows up to max_batch, once per machine), and `layerskip` without `layerskip_layers`
-gets its depth calibrated once per target and cached. The engine receives the proposer
+This is where the machine is measured, never below, and cheaply, so that decoding starts at
+once: `k="auto"` gets the adaptive policy over a prior of a few forwards (costs/prior.py, about
+a second, once per machine) that learns what rounds cost from the rounds it runs
+(adaptive/online.py), and `layerskip` without `layerskip_layers` gets its depth from a probe of
+one forward (adaptive/layer_probe.py). `calibrate_costs` (`specdec profile`) is the full
+measurement up front, cached, which both then read instead. The engine receives the proposer
 and the policy ready-made.
 """
 from __future__ import annotations
@@ -20,10 +22,13 @@ import weakref
 import torch
 
 from .adaptive.calibrate import round_timer
+from .adaptive.layer_probe import probed_layers
 from .adaptive.layers import calibrated_layers
+from .adaptive.online import OnlineRounds
 from .adaptive.policy import AdaptiveK
 from .config import AUTO_TREE_METHODS, EngineConfig, SpecConfig
 from .costs.cost_model import CostModel
+from .costs.prior import prior_costs
 from .costs.profiling import grid_rows
 from .proposers.tree_size import tree_profile
 from .defaults import default_draft, default_head, default_target
@@ -129,9 +134,11 @@ def spec_config(method: str | None, k: int | str, k_max: int, has_draft: bool,
                                                                 **options}, tree=tree)
 
 
-def resolve_spec(target: LlamaModel, spec: SpecConfig) -> SpecConfig:
+def resolve_spec(target: LlamaModel, spec: SpecConfig, calibrate: bool = False) -> SpecConfig:
     """`spec` with what the proposer needs measured filled in: layer-skip's depth, where a
-    layerskip proposer (or an auto arm) is asked for without `layerskip_layers`."""
+    layerskip proposer (or an auto arm) is asked for without `layerskip_layers`: the depth
+    `calibrate_costs` chose by decoding with each (cached), else the probe's (about a second,
+    cached); with `calibrate`, decoded for now where none is cached."""
     opts = spec.opts
     arms = opts.get("auto_arms") or DEFAULT_ARMS
     if isinstance(arms, str):
@@ -140,28 +147,50 @@ def resolve_spec(target: LlamaModel, spec: SpecConfig) -> SpecConfig:
     if (not wants or "layerskip_layers" in opts or spec.k == 0
             or target.config.num_hidden_layers < 2):
         return spec
-    return replace(spec, options={**opts, "layerskip_layers": calibrated_layers(target)})
+    layers = calibrated_layers(target, measure=calibrate) or probed_layers(target)
+    return replace(spec, options={**opts, "layerskip_layers": layers})
 
 
-def make_policy(spec: SpecConfig, proposer: Proposer, target: LlamaModel, draft: LlamaModel | None = None,
-                cost_model: CostModel | None = None, max_batch: int = 1, head: FeatureHead | None = None) -> KPolicy:
+def make_policy(spec: SpecConfig, proposer: Proposer, target: LlamaModel, cost_model: CostModel | None = None,
+                max_batch: int = 1) -> KPolicy:
     """The k policy for `spec`: fixed or heuristic, or for k = "auto" the adaptive policy over
-    `cost_model`. Without one it is built here: forwards and real rounds (greedy and sampled,
-    for the proposer or each arm of `auto`) at the batch rows up to `max_batch`, read from
-    the cache or measured now."""
+    `cost_model`. Without one it starts cold and times no round: the prior's forwards at batch
+    rows 1 and `max_batch` (costs/prior.py; from the cache, else timed now, about a second),
+    the round tables `specdec profile` measured where the cache has them, and an online table
+    that learns the other rounds' costs from those decoded (adaptive/online.py)."""
     if spec.k != "auto":
         return simple_policy(spec)
     if proposer.name == "none":
         return AdaptiveK(spec.k_max, proposer, None)
     k_max = min(spec.k_max, proposer.max_k or spec.k_max)
-    if cost_model is None:
-        rows = grid_rows(max_batch)
-        cost_model = CostModel.load_or_measure(target, proposer, k_max=k_max, batch_sizes=rows)
-        timer = round_timer(target, spec, draft, head=head)
-        for sub in getattr(proposer, "arms", None) or [proposer]:
-            for sampled in ([False, True] if sub.name != "none" else []):
-                cost_model.measure_rounds(timer, sub.cost_key(), rows, sampled)
-    return AdaptiveK(k_max, proposer, cost_model)
+    if cost_model is not None:
+        return AdaptiveK(k_max, proposer, cost_model)
+    cost_model = prior_costs(target, proposer, k_max, max_batch)
+    for sub in getattr(proposer, "arms", None) or [proposer]:
+        for sampled in ([False, True] if sub.name != "none" else []):
+            cost_model.load_rounds(sub.cost_key(), sampled)
+    return AdaptiveK(k_max, proposer, cost_model, OnlineRounds(cost_model))
+
+
+def calibrate_costs(models: Models, spec: SpecConfig, max_batch: int = 1, remeasure: bool = False) -> CostModel:
+    """The full measurement up front (`specdec profile`), for k = "auto" at the steady state from
+    its first round: layer-skip's depth by decoding with each candidate, the forwards at every
+    q and batch row up to `max_batch`, and real rounds (greedy and sampled, for the proposer or
+    each arm of `auto`) at those rows. All cached (timed where the cache lacks them; the rounds
+    all with `remeasure`), where `make_policy` and `resolve_spec` read them: minutes, once per
+    machine."""
+    spec = resolve_spec(models.target, replace(spec, k="auto"), calibrate=True)
+    config = EngineConfig(max_batch=max_batch, max_model_len=models.target.config.max_position_embeddings)
+    proposer = create_proposer(spec.method, models.target, spec, draft_model=models.draft, head=models.head,
+                               rows=max_batch, max_len=cache_length(config, spec))
+    k_max = min(spec.k_max, proposer.max_k or spec.k_max)
+    rows = grid_rows(max_batch)
+    cost_model = CostModel.load_or_measure(models.target, proposer, k_max=k_max, batch_sizes=rows)
+    timer = round_timer(models.target, spec, models.draft, head=models.head)
+    for sub in getattr(proposer, "arms", None) or [proposer]:
+        for sampled in ([False, True] if sub.name != "none" else []):
+            cost_model.measure_rounds(timer, sub.cost_key(), rows, sampled, remeasure=remeasure)
+    return cost_model
 
 
 # --tree auto's verify times, target -> {max_batch: t(b, q)}: timed once per target and batch
@@ -188,7 +217,7 @@ def make_engine(models: Models, spec: SpecConfig, config: EngineConfig,
         tree_cost = timed[config.max_batch]
     proposer = create_proposer(method, models.target, spec, draft_model=models.draft, head=models.head,
                                rows=config.max_batch, max_len=cache_length(config, spec), tree_cost=tree_cost)
-    policy = make_policy(spec, proposer, models.target, models.draft, cost_model, config.max_batch, models.head)
+    policy = make_policy(spec, proposer, models.target, cost_model, config.max_batch)
     return Engine(models.target, spec, config, proposer=proposer, policy=policy)
 
 

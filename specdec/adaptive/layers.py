@@ -4,8 +4,9 @@
 mean acceptance length and tokens/s next to plain decoding; `choose_layers` picks the L'
 with the highest measured tokens/s. `calibrated_layers` does this once per target on short
 prompts the target samples itself (in-distribution by construction) and caches the choice
-on disk; `specdec.build` calls it when a layerskip proposer is asked for without
-`layerskip_layers`.
+on disk; `specdec.build.calibrate_costs` (`specdec profile`) calls it, and a layerskip
+proposer asked for without `layerskip_layers` takes the cached choice where there is one
+(else the probe's, layer_probe.py).
 """
 from __future__ import annotations
 
@@ -87,19 +88,21 @@ def self_prompts(target, n: int = 2, length: int = 24, seed: int = 0) -> list[li
     return ids.tolist()
 
 
-def _calibration_file(target, k: int) -> Path:
-    """Where the choice for these weights, on this machine and thread count, is cached."""
+def _calibration_file(target, k: int, prefix: str = "") -> Path:
+    """Where the choice for these weights, on this machine and thread count, is cached
+    (`prefix`: another kind of choice, layer_probe.py's)."""
     h = hashlib.sha256(json.dumps(model_identity(target), sort_keys=True).encode() + str(k).encode())
     for p in target.parameters():                  # the weights decide acceptance: sample them
         h.update(p.detach().reshape(-1)[:4096].float().cpu().numpy().tobytes())
     d = cache_dir() / "layerskip"
     d.mkdir(parents=True, exist_ok=True)
-    return d / f"{identity_hash({'h': h.hexdigest()})}.json"
+    return d / f"{prefix}{identity_hash({'h': h.hexdigest()})}.json"
 
 
-def calibrated_layers(target, k: int = 4) -> int:
+def calibrated_layers(target, k: int = 4, measure: bool = True) -> int | None:
     """L' for `target` measured once on self-sampled prompts, then remembered (in memory
-    and in the specdec cache directory, keyed by weights, machine and threads)."""
+    and in the specdec cache directory, keyed by weights, machine and threads). Without
+    `measure`: the remembered choice, or None where there is none."""
     if target not in _CHOSEN:
         n = target.config.num_hidden_layers
         if n == 2:
@@ -109,6 +112,8 @@ def calibrated_layers(target, k: int = 4) -> int:
             try:
                 _CHOSEN[target] = int(json.loads(path.read_text())["layers"])
             except (OSError, ValueError, KeyError):
+                if not measure:
+                    return None
                 rows = measure_layers(target, self_prompts(target), k=k, new_tokens=24)
                 best = max((r for r in rows if r["layers"] > 0), key=lambda r: r["tokens_per_s"])
                 path.write_text(json.dumps({"layers": best["layers"], "measured": rows}))

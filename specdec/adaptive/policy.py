@@ -4,9 +4,10 @@
     k* = 0 if rate(0) >= max_{k>=1} rate(k), else the smallest k >= 1 with
          rate(k) >= max((1 - TIE) * max_{j>=1} rate(j), rate(0))
 
-t is the cost model's real round (costs/, measured before the policy is built) for the batch's
-sampling mode at its longest cache length L; E[tokens] comes from acceptance.py, capped by
-each row's remaining tokens. A draining batch (nobody waits for a row) minimises its expected
+t is the cost model's real round (costs/) for the batch's sampling mode at its longest cache
+length L: its measured round table where it has one (`specdec profile`), else, with `online`,
+the forwards plus what the observed rounds add (online.py: learned while decoding); E[tokens]
+comes from acceptance.py, capped by each row's remaining tokens. A draining batch (nobody waits for a row) minimises its expected
 finish time instead (drain.py). From k = 0, every k > 0 carries the draft model's catch-up,
 min(n, RECHECK) * t_draft(b) / RECHECK seconds after n plain rounds (a draining batch: all of
 it). At an unchanged batch size k is re-evaluated every RECHECK rounds; at once when the batch
@@ -25,6 +26,7 @@ from ..engine.round import RoundResult
 from ..proposers.base import Proposer
 from .acceptance import AcceptanceTracker
 from .drain import drain_seconds
+from .online import OnlineRounds
 
 RECHECK = 4     # rounds between evaluations at an unchanged batch size: the estimates move over
                 # ~20 rounds, and every 4th round took the policy's cost over fixed k from 0.86 to
@@ -45,24 +47,38 @@ def near_best(score: np.ndarray) -> int:
 
 class AdaptiveK(KPolicy):
     """`k_max` caps k; `proposer` is the engine's (its cost_key() names a round's costs and
-    estimates); `cost_model` prices rounds (None, or proposer "none": always k = 0)."""
+    estimates); `cost_model` prices rounds (None, or proposer "none": always k = 0); `online`
+    learns the round costs the cost model has no table for from the rounds observed (None:
+    such rounds are priced by their forwards alone)."""
     name = "auto"
     wants_accept_prob = True
 
-    def __init__(self, k_max: int, proposer: Proposer, cost_model: CostModel | None):
+    def __init__(self, k_max: int, proposer: Proposer, cost_model: CostModel | None,
+                 online: OnlineRounds | None = None):
         none = proposer.name == "none" or cost_model is None
         self.k_max = 0 if none else min(k_max, proposer.max_k or k_max)
-        self.proposer, self.cost = proposer, cost_model
+        self.proposer, self.cost, self.online = proposer, cost_model, None if none else online
         self.acc = AcceptanceTracker(max(self.k_max, 1))
         self._k = self._idle = 0                  # the last round's k; plain rounds since drafting
         self._since, self._eval_b = RECHECK, 0    # rounds since the last evaluation, and its batch size
         self._eval_key = None                     # and the proposer's cost key then
         self.last_choice: dict = {}               # for inspection: tokens, times, scores by k
-        self._tables: dict = {}                   # (b, key, sampled) -> round costs at sizes 1..b
+        self._tables: dict = {}                   # (b, key, sampled) -> (online version, round costs at 1..b)
+
+    def _learns(self, key, sampled: bool) -> bool:
+        """Whether rounds of `key` in this mode are priced by the online table."""
+        return self.online is not None and (key, sampled) not in self.cost.rounds
+
+    def curve(self, key, b: int, sampled: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(base, slope): a round drafting k = 0..k_max costs base[k] + slope[k] * (L - l_ref)."""
+        base, slope = self.cost.curve(key, b, self.k_max, sampled)
+        if self._learns(key, sampled):
+            base = self.online.prices(key, sampled, b, self.k_max)
+        return base, slope
 
     def step_times(self, b: int, L: int, key, sampled: bool = False) -> np.ndarray:
-        """(k_max + 1,) seconds of a round drafting k = 0..k_max: the cost model's t_round."""
-        base, slope = self.cost.curve(key, b, self.k_max, sampled)
+        """(k_max + 1,) seconds of a round drafting k = 0..k_max (see `curve`)."""
+        base, slope = self.curve(key, b, sampled)
         return base + slope * (L - self.cost.target.l_ref)
 
     def choose(self, batch) -> int:
@@ -97,14 +113,16 @@ class AdaptiveK(KPolicy):
 
     def _drain_seconds(self, b, L, remaining, mean, var, key, sampled) -> np.ndarray:
         """(k_max + 1,) expected seconds until the last row finishes (drain.py). A round at sizes
-        1..b costs base + slope * (L - l_ref), interpolated between the measured sizes 1, 2, 4, ..,
-        b: a table memoized per (b, key, sampled), since the cost model does not change."""
-        if (b, key, sampled) not in self._tables:
+        1..b costs base + slope * (L - l_ref), interpolated between the sizes 1, 2, 4, .., b: a
+        table memoized per (b, key, sampled) until the online table learns something new."""
+        version = self.online.version(key, sampled) if self._learns(key, sampled) else None
+        memo = self._tables.get((b, key, sampled))
+        if memo is None or memo[0] != version:
             sizes = grid_rows(b)
-            curves = np.array([self.cost.curve(key, s, self.k_max, sampled) for s in sizes])  # (S, 2, k_max+1)
-            self._tables[b, key, sampled] = np.apply_along_axis(
+            curves = np.array([self.curve(key, s, sampled) for s in sizes])                 # (S, 2, k_max+1)
+            self._tables[b, key, sampled] = version, np.apply_along_axis(
                 lambda col: np.interp(np.arange(1, b + 1), sizes, col), 0, curves)         # (b, 2, k_max+1)
-        table = self._tables[b, key, sampled]
+        table = self._tables[b, key, sampled][1]
         return drain_seconds(mean, var, remaining, table[:, 0] + table[:, 1] * (L - self.cost.target.l_ref))
 
     def start(self, row, seq):
@@ -117,5 +135,20 @@ class AdaptiveK(KPolicy):
     def observe(self, result: RoundResult) -> None:
         if self.k_max:
             self.acc.record(result.cost_key, result.num_draft, result.accepted, result.k, result.accept_prob)
+            if self.online is not None:
+                self._learn(result)
             self._idle = self._idle + 1 if result.k == 0 else 0
             self._since, self._k = self._since + 1, result.k
+
+    def _learn(self, result: RoundResult) -> None:
+        """Hand the round's time to the online table, as a round verifying the widest draft it
+        made; except a round that carries work of earlier rounds (the draft model's catch-up
+        after plain rounds), one that drafted nothing though asked to, and a key and mode with
+        a measured table."""
+        key, k = result.cost_key, max(result.num_draft, default=0)
+        sampling = getattr(result.batch, "sampling", None)
+        sampled = sampling is not None and not sampling.all_greedy
+        if (result.k and self._idle) or (result.k and not k) or k > result.k or not self._learns(key, sampled):
+            return
+        L = max(len(s.token_ids) for s in result.batch)
+        self.online.record(key, sampled, len(result.batch), k, L, result.dt)

@@ -2,13 +2,16 @@
 
 The server-wide --method/--k set the default speculation; each request may override it
 with the `speculative` extension. SIGTERM/SIGINT drain in-flight requests (up to
---shutdown-timeout seconds) before exiting.
+--shutdown-timeout seconds) before exiting; during start-up (loading, building the default
+engine, measuring what it needs) they end the process at once, with status 0.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -48,12 +51,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import uvicorn
-
-    from ..build import load_models, require_cache_memory, resolve_spec
-    from ..config import EngineConfig
-    from ..server.app import ServerConfig, create_app
-
     if args.method and args.method != "draft" and args.draft is not None:
         raise ConfigError("--draft and --method NAME (other than draft) are mutually exclusive")
     if not 0 < args.port < 65536:
@@ -69,11 +66,23 @@ def run(args) -> int:
     load = load_kwargs(args)
     if load["head"] is None and args.target is None and args.method not in ("eagle", "mtp"):
         load["head"] = default_head()      # the bundled pair's head: requests may ask for eagle
+    with _stop_at_once():                  # until the server is ready (then uvicorn's handlers)
+        _serve(args, target, draft, load, template)
+    return 0
+
+
+def _serve(args, target, draft, load: dict, template: str | None) -> None:
+    """Load, build the app and serve until a signal (run's arguments, checked)."""
+    import uvicorn
+
+    from ..build import load_models, require_cache_memory
+    from ..config import EngineConfig
+    from ..server.app import ServerConfig, create_app
+
     models = load_models(target, draft, **load)
     spec = spec_from_args(args, has_draft=models.draft is not None)
     context = args.max_model_len or models.target.config.max_position_embeddings
-    require_cache_memory(models, resolve_spec(models.target, spec), EngineConfig(max_batch=args.max_batch,
-                                                                                 max_model_len=context))
+    require_cache_memory(models, spec, EngineConfig(max_batch=args.max_batch, max_model_len=context))
     cfg = ServerConfig(spec=spec, max_batch=args.max_batch, max_queue=args.max_queue,
                        max_model_len=args.max_model_len, api_key=args.api_key,
                        request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes,
@@ -85,7 +94,29 @@ def run(args) -> int:
     server = _graceful_server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                     timeout_graceful_shutdown=args.shutdown_timeout))
     server.run()
-    return 0
+
+
+@contextlib.contextmanager
+def _stop_at_once():
+    """SIGTERM and SIGINT end the process at once (`_exit_now`) inside, where the main thread
+    can install handlers; the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _exit_now) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _exit_now(signum, frame=None) -> None:
+    """A stop signal during start-up: nothing is in flight, so the process ends now, without
+    waiting for a thread that builds (and may be measuring for) the default engine. Nothing is
+    left half-written: cache files are replaced whole."""
+    print(f"specdec: stopped during start-up ({signal.Signals(signum).name})", file=sys.stderr, flush=True)
+    os._exit(0)
 
 
 def _graceful_server(config):
@@ -93,7 +124,13 @@ def _graceful_server(config):
 
     class Server(uvicorn.Server):
         """uvicorn's server, minus re-raising the signal after a graceful shutdown (which
-        would make a clean SIGTERM exit look like a kill)."""
+        would make a clean SIGTERM exit look like a kill), and stopping at once on a signal
+        before it has started (the lifespan builds the default engine: `_exit_now`)."""
+
+        def handle_exit(self, sig, frame):
+            if not self.started:
+                _exit_now(sig, frame)
+            super().handle_exit(sig, frame)
 
         @contextlib.contextmanager
         def capture_signals(self):

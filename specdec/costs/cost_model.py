@@ -38,11 +38,13 @@ class CostModel:
     @classmethod
     def load_or_measure(cls, target, proposer_or_draft=None, k_max: int = 8, batch_sizes=(1,),
                         remeasure: bool = False, l_ref: int = 128, l_long: int = 512,
-                        timing: dict | None = None) -> "CostModel":
-        """Forwards of `target` (q = 1..k_max + 1) and, at q = 1, of each model the proposer runs
-        (a draft model, layer-skip, each arm of `auto`; a bare model is the draft) at
-        `batch_sizes` and cache lengths l_ref, l_long: from the cache, timed where it lacks them
-        (all with `remeasure`). `timing`: time_forwards' budget."""
+                        timing: dict | None = None, qs: list[int] | None = None,
+                        announce: str | None = None) -> "CostModel":
+        """Forwards of `target` (q = 1..k_max + 1, or only `qs`) and, at q = 1, of each model the
+        proposer runs (a draft model, layer-skip, each arm of `auto`; a bare model is the draft)
+        at `batch_sizes` and cache lengths l_ref, l_long: from the cache, timed where it lacks
+        them (all with `remeasure`). `timing`: time_forwards' budget; `announce`: a line for
+        stderr before anything is timed."""
         l_long = max(1, min(l_long, target.config.max_position_embeddings - k_max - 2))
         l_ref = max(1, min(l_ref, l_long // 4))
         models = {None: (target, None)}
@@ -61,7 +63,11 @@ class CostModel:
                 p = ModelProfile.from_json(d["profile"], d["contended"]) if same else ModelProfile(l_ref, l_long)
                 by_hash[h] = p
                 since = snapshot()
-                if p.measure(model, list(batch_sizes), 1 if key else k_max + 1, layers, **(timing or {})):
+                if announce and p.missing(list(batch_sizes), 1 if key else k_max + 1, None if key else qs):
+                    print(announce, file=sys.stderr, flush=True)
+                    announce = None
+                if p.measure(model, list(batch_sizes), 1 if key else k_max + 1, layers,
+                             None if key else qs, **(timing or {})):
                     p.contended = p.contended or cache.contended(since)
                     cache.save(ident, {"profile": p.to_json()}, p.contended)
             profiles[key] = by_hash[h]
@@ -72,8 +78,7 @@ class CostModel:
         k = 0..k_max, from the cache; a row that lacks any k is timed whole, `repeats` calls of
         `timer(key, b, ks, sampled) -> {k: (seconds, L)}`, each k at the medians (three: one
         window can be 20% off on a shared machine; docs/adaptive.md section 5)."""
-        ident = {"key": str(key), "sampled": sampled, "target": self.identities.get(None),
-                 "model": self.identities.get(key), "version": ROUNDS_VERSION}
+        ident = self.rounds_identity(key, sampled)
         d = None if remeasure else cache.load(ident, "rounds-")
         table = self.rounds[(key, sampled)] = RoundTable.from_json(d, d["contended"]) if d else RoundTable()
         ks = [*range(self.k_max + 1)]
@@ -91,6 +96,21 @@ class CostModel:
             cache.save(ident, table.to_json(), table.contended, "rounds-")
         self._curves.clear()
 
+    def rounds_identity(self, key: CostKey, sampled: bool, version: int | None = None) -> dict:
+        """What a round table of proposer `key` in one sampling mode is cached under (`version`:
+        how it was made; default ROUNDS_VERSION)."""
+        return {"key": str(key), "sampled": sampled, "target": self.identities.get(None),
+                "model": self.identities.get(key), "version": ROUNDS_VERSION if version is None else version}
+
+    def load_rounds(self, key: CostKey, sampled: bool) -> bool:
+        """Read the measured round table of `key` in one sampling mode from the cache, timing
+        nothing (`specdec profile` measures it); whether there was one."""
+        d = cache.load(self.rounds_identity(key, sampled), "rounds-")
+        if d:
+            self.rounds[(key, sampled)] = RoundTable.from_json(d, d["contended"])
+            self._curves.clear()
+        return bool(d)
+
     def t_target(self, b: float, q: float, L: float | None = None) -> float:
         return self.target.t(b, q, L)
 
@@ -104,14 +124,16 @@ class CostModel:
         return self.t_target(b, k + 1, L) + k * self.t_draft(key, b, L)
 
     def t_round(self, key: CostKey | None, b: float, k: int, L: float | None = None, sampled=False) -> float:
-        """Seconds of a real engine step drafting k: the round table, else the forwards alone."""
+        """Seconds of a real engine step drafting k: the round table of `sampled`'s mode, else
+        (none measured, or sampled=None) the forwards alone."""
         L, table = self.target.l_ref if L is None else L, self.rounds.get((key, sampled))
         t = table.step(b, k, lambda bb, kk, LL: self.forward_round(key, bb, kk, LL), L) if table else None
         return self.forward_round(key, b, k, L) if t is None else t
 
     def curve(self, key: CostKey | None, b: int, k_max: int | None = None,
               sampled: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """t_round for k = 0..k_max as (base, slope): base[k] + slope[k] * (L - l_ref); memoized."""
+        """t_round for k = 0..k_max as (base, slope): base[k] + slope[k] * (L - l_ref); memoized.
+        `sampled` picks the round table (False: greedy, True: sampled); None: the forwards alone."""
         c = (key, b, range((self.k_max if k_max is None else k_max) + 1), sampled)
         if c not in self._curves:
             d = self.drafts.get(key)

@@ -91,12 +91,17 @@ class ModelProfile:
         rows = self.rows()
         return interp(rows, [self._row(r, q)[1] for r in rows], b) if rows else 0.0
 
+    def missing(self, rows: list[int], q_max: int, qs: list[int] | None = None) -> list[tuple[int, int]]:
+        """The (cache length, row) pairs of rows x q = 1..q_max (or `qs`) x {l_ref, l_long}
+        that lack a point."""
+        qs = qs or list(range(1, q_max + 1))
+        return [(L, b) for b in rows for L in (self.l_ref, self.l_long) if any((L, b, q) not in self.points for q in qs)]
+
     def measure(self, model, rows: list[int], q_max: int, num_layers: int | None = None,
                 qs: list[int] | None = None, **timing) -> bool:
         """Time what rows x q = 1..q_max (or `qs`) x {l_ref, l_long} lacks; whether anything was timed."""
+        todo = self.missing(rows, q_max, qs)
         qs = qs or list(range(1, q_max + 1))
-        todo = [(L, b) for b in rows for L in (self.l_ref, self.l_long)
-                if any((L, b, q) not in self.points for q in qs)]
         for L, b in todo:
             times = time_forwards(model, b, L, qs, num_layers, **timing)
             self.points.update({(L, b, q): t for q, t in times.items()})

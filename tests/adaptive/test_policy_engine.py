@@ -1,6 +1,7 @@
 """AdaptiveK inside a real engine: the engine reports acceptance probabilities, continuous
 batching gives every request the tokens it gets alone, and building it measures only in
-make_policy (nothing when a cost model is handed in; once, then from the cache, otherwise)."""
+make_policy (nothing when a cost model is handed in; a few forwards otherwise, and no round:
+test_online.py), the full table only in calibrate_costs (`specdec profile`)."""
 from __future__ import annotations
 
 import pytest
@@ -112,12 +113,15 @@ def test_building_an_auto_engine_with_a_cost_model_times_nothing(tiny_target, ti
         Engine(tiny_target, SpecConfig(method="draft", k="auto"), EngineConfig(max_model_len=64), draft=tiny_draft)
 
 
-def test_make_policy_measures_the_cost_table_once_and_caches_it(tiny_target, tiny_draft, tmp_path, monkeypatch):
-    """Without a cost model, make_policy builds one: forwards, and real rounds at every grid row
-    up to max_batch, k = 0..k_max, greedy and sampled; a second build reads it from disk."""
+def test_calibrate_costs_measures_the_full_table_once_and_cold_engines_read_it(tiny_target, tiny_draft, tmp_path,
+                                                                             monkeypatch):
+    """`calibrate_costs` (`specdec profile`) times forwards and real rounds at every grid row up to
+    max_batch, k = 0..k_max, greedy and sampled; a second call reads them from disk, and an engine
+    built without a cost model prices its rounds from that table, timing nothing."""
     import specdec.build as build
     import specdec.costs.cache as cost_cache
     import specdec.costs.profiling as profiling
+    from specdec.build import calibrate_costs
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     monkeypatch.setattr(profiling, "time_forwards", lambda model, b, L, qs, *a, **kw: {q: 1e-3 * q for q in qs})
     monkeypatch.setattr(cost_cache, "contended", lambda since=None: False)   # a busy machine re-times: not tested here
@@ -128,17 +132,21 @@ def test_make_policy_measures_the_cost_table_once_and_caches_it(tiny_target, tin
         return {k: (0.01 * b + 0.002 * k, 64.0) for k in ks}
     monkeypatch.setattr(build, "round_timer", lambda target, spec, draft=None, **kw: timer)
     spec = SpecConfig(method="draft", k="auto", k_max=3)
-    eng = make_engine(Models(tiny_target, None, tiny_draft), spec, EngineConfig(max_batch=3, max_model_len=64))
+    models = Models(tiny_target, None, tiny_draft)
+    cm = calibrate_costs(models, spec, max_batch=3)
     assert sorted(timed) == [(b, s, (0, 1, 2, 3)) for b in (1, 2, 3) for s in (False, True)]
-    assert eng.policy.cost.t_round(DRAFT_KEY, 2, 3, 64, sampled=True) == pytest.approx(0.026)
+    assert cm.t_round(DRAFT_KEY, 2, 3, 64, sampled=True) == pytest.approx(0.026)
     timed.clear()
     monkeypatch.setattr(profiling, "time_forwards", lambda *a, **kw: pytest.fail("timed forwards again"))
-    again = make_engine(Models(tiny_target, None, tiny_draft), spec, EngineConfig(max_batch=3, max_model_len=64))
+    calibrate_costs(models, spec, max_batch=3)
+    again = make_engine(models, spec, EngineConfig(max_batch=3, max_model_len=64))
     assert not timed and again.policy.cost.t_round(DRAFT_KEY, 2, 3, 64, sampled=True) == pytest.approx(0.026)
+    assert not again.policy._learns(DRAFT_KEY, True), "a measured table is not relearnt online"
 
 
-def test_k_auto_times_the_feature_heads_rounds(loopy_head_models, tmp_path, monkeypatch):
-    """--k auto with eagle: the cost model's round table is timed on engines that run the head."""
+def test_k_auto_with_a_feature_head_learns_its_rounds_online(loopy_head_models, tmp_path, monkeypatch):
+    """--k auto with eagle: no round is timed before decoding; the online table learns the head's
+    rounds from those decoded, and the output is plain decoding's."""
     import specdec.costs.cache as cost_cache
     import specdec.costs.profiling as profiling
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
@@ -147,8 +155,9 @@ def test_k_auto_times_the_feature_heads_rounds(loopy_head_models, tmp_path, monk
     eng = make_engine(loopy_head_models, SpecConfig(method="eagle", k="auto", k_max=2),
                       EngineConfig(max_batch=1, max_model_len=128))
     assert eng.proposer.name == "eagle" and isinstance(eng.policy, AdaptiveK)
-    assert eng.policy.cost.rounds, "no round was timed"
+    assert not eng.policy.cost.rounds, "a round was timed before decoding"
     out = eng.generate(random_prompts(2, seed=1, vocab=64), SamplingParams(max_new_tokens=16, ignore_eos=True))
+    assert eng.policy.online.observed(eng.proposer.cost_key(), False, 1), "no round was learnt"
     plain = Engine(loopy_head_models.target, SpecConfig(method="none", k=0), EngineConfig(max_model_len=128))
     assert [s.output_ids for s in out] == [s.output_ids for s in plain.generate(
         random_prompts(2, seed=1, vocab=64), SamplingParams(max_new_tokens=16, ignore_eos=True))]

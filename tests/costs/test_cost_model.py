@@ -117,13 +117,22 @@ def test_a_draft_shaped_like_the_target_shares_its_table(cache, tiny_target):
 
 
 def test_profile_command_measures_and_prints(cache, tiny_dirs, capsys):
+    """`specdec profile`: the forwards at --batch-sizes and, for the method, real rounds greedy
+    and sampled at the rows up to --max-batch (whose forwards it times too); --no-rounds, or no
+    proposer, the forwards alone."""
     from specdec.cli import main
     target, draft = tiny_dirs
     assert main(["profile", "--target", str(target), "--draft", str(draft), "--batch-sizes", "1", "3",
-                 "--k-max", "1", "--threads", "1", "--json"]) == 0
+                 "--k-max", "1", "--max-batch", "2", "--threads", "1", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
-    assert sorted(table["target"]) == ["1", "3"] and len(table["target"]["3"]) == 2
+    assert sorted(table["target"]) == ["1", "2", "3"] and len(table["target"]["3"]) == 2
     assert table["draft"]["draft:draft"]["3"] > 0
+    assert {name: sorted(rows) for name, rows in table["rounds"].items()} == {
+        "draft:draft|greedy": ["1", "2"], "draft:draft|sampled": ["1", "2"]}
+    assert list(table["rounds"]["draft:draft|greedy"]["2"]) == ["0", "1"]
+    assert main(["profile", "--target", str(target), "--draft", str(draft), "--batch-sizes", "1", "--k-max", "1",
+                 "--no-rounds", "--json"]) == 0
+    assert not json.loads(capsys.readouterr().out)["rounds"]
     assert main(["profile", "--target", str(target), "--batch-sizes", "1", "--k-max", "1"]) == 0
     assert "target forward" in capsys.readouterr().out
 

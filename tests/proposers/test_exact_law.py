@@ -70,12 +70,15 @@ def exact_law(model, T=1.0, top_k=0, top_p=1.0) -> torch.Tensor:
     return law.flatten()
 
 
-def sampled(pair, method, T=1.0, top_k=0, top_p=1.0, greedy_every=0, n=N, tree=0):
+def sampled(pair, method, T=1.0, top_k=0, top_p=1.0, greedy_every=0, n=N, tree=0, adaptive=False):
     """Counts (V**3,) of n continuations; every `greedy_every`-th request is greedy (left out
-    of the counts: it shares the batch only). tree: a node budget (trees of depth 2)."""
+    of the counts: it shares the batch only). tree: a node budget (trees of depth 2); adaptive:
+    k chosen every round by k = auto from a cold start (the round table learnt online)."""
     target, draft = pair
     eng = Engine(target, SpecConfig(method=method, k=2, options=OPTIONS.get(method, {}), tree=tree),
                  EngineConfig(max_batch=256, max_model_len=32), draft=draft if method == "draft" else None)
+    if adaptive:
+        eng.policy = cold_policy(eng.proposer)
     greedy = [greedy_every and i % greedy_every == 0 for i in range(n)]
     params = [SamplingParams(temperature=0.0 if g else T, top_k=top_k, top_p=top_p, seed=i,
                              max_new_tokens=NEW, ignore_eos=True) for i, g in enumerate(greedy)]
@@ -107,6 +110,25 @@ def p_value(counts: torch.Tensor, law: torch.Tensor) -> float:
 ])
 def test_speculative_sampling_follows_the_exact_law(pair, method, T, top_k, top_p):
     assert p_value(sampled(pair, method, T, top_k, top_p), exact_law(pair[0], T, top_k, top_p)) > P_MIN
+
+
+def cold_policy(proposer):
+    """k = auto as a cold start builds it (build.make_policy): a prior of forwards alone (here
+    synthetic, drafting priced cheap) and an online table fed by the engine's real rounds."""
+    from specdec.adaptive.online import OnlineRounds
+    from specdec.adaptive.policy import AdaptiveK
+    from tests.synthetic_costs import synthetic_cost_model
+    prior = synthetic_cost_model(lambda b, q, L: 1e-3 + 1e-6 * b * q, {"draft:draft": lambda b, L: 1e-5}, k_max=2)
+    return AdaptiveK(2, proposer, prior, OnlineRounds(prior, persist=False))
+
+
+def test_the_online_adaptive_policy_samples_exactly(pair):
+    """Each round's k from the online round table and the acceptance estimates, both fed only
+    by the rounds before it (timed by the engine): the law stays exact. A closer draft (noise
+    0.3) than the controls' makes drafting and plain rounds both worth choosing."""
+    target = pair[0]
+    counts = sampled((target, perturbed(target, 0.3)), "draft", adaptive=True)
+    assert p_value(counts, exact_law(target)) > P_MIN
 
 
 @pytest.mark.parametrize("T", [0.7, 1.3])

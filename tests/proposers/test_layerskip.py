@@ -62,18 +62,70 @@ def test_choose_takes_the_fastest_measured_depth(four_layer, monkeypatch, rates,
     assert L.choose_layers(four_layer, [[1, 2, 3]], k=2, candidates=list(rates)) == best
 
 
-def test_depth_is_required_below_build_and_calibrated_once_by_it(four_layer):
+def _fail(what):
+    def f(*a, **kw):
+        pytest.fail(what)
+    return f
+
+
+def test_depth_is_required_below_build_and_probed_once_by_it(tmp_path, monkeypatch):
+    """The proposer never measures; build probes the depth (one forward's early exits, no
+    decoding with each depth) once, then reads it back."""
     from specdec.build import resolve_spec
+    import specdec.adaptive.layer_probe as P
+    import specdec.adaptive.layers as L
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    target = make_model(5, num_hidden_layers=4)
     spec = SpecConfig(method="layerskip", k=2)
     with pytest.raises(ConfigError, match="layerskip_layers"):
-        create("layerskip", four_layer, spec, rows=1, max_len=128)    # the proposer never measures
-    a = resolve_spec(four_layer, spec)
-    import specdec.adaptive.layers as L
-    real = L.measure_layers
-    L.measure_layers = lambda *a_, **kw: pytest.fail("calibrated twice: the cached choice was not used")
-    try:
-        b = resolve_spec(four_layer, spec)
-    finally:
-        L.measure_layers = real
-    p = create("layerskip", four_layer, a, rows=1, max_len=128)
+        create("layerskip", target, spec, rows=1, max_len=128)    # the proposer never measures
+    monkeypatch.setattr(L, "measure_layers", _fail("decoded with every depth before the first token"))
+    a = resolve_spec(target, spec)
+    monkeypatch.setattr(P, "probe", _fail("probed twice: the cached choice was not used"))
+    b = resolve_spec(target, spec)
+    P._PROBED.clear()                                   # a new process: read from the cache on disk
+    assert resolve_spec(target, spec).opts == b.opts
+    p = create("layerskip", target, a, rows=1, max_len=128)
     assert 1 <= p.layers <= 3 and a.opts["layerskip_layers"] == b.opts["layerskip_layers"] == p.layers
+
+
+def test_a_calibrated_depth_takes_precedence_over_the_probe(tmp_path, monkeypatch):
+    """calibrate_costs (`specdec profile`) decodes with every depth; its choice is what later
+    engines take, without probing."""
+    from specdec.build import resolve_spec
+    import specdec.adaptive.layer_probe as P
+    import specdec.adaptive.layers as L
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    target = make_model(6, num_hidden_layers=4)
+    rows = [{"layers": 0, "tokens_per_s": 100.0}] + [{"layers": n, "tokens_per_s": 100.0 + (n == 2)} for n in (1, 2, 3)]
+    monkeypatch.setattr(L, "measure_layers", lambda *a, **kw: rows)
+    monkeypatch.setattr(P, "probe", _fail("probed although a calibrated depth exists"))
+    spec = SpecConfig(method="layerskip", k=2)
+    assert resolve_spec(target, spec, calibrate=True).opts["layerskip_layers"] == 2
+    L._CHOSEN.clear()
+    assert resolve_spec(target, spec).opts["layerskip_layers"] == 2
+
+
+def test_the_probe_prefers_the_depth_that_agrees_at_a_price(monkeypatch):
+    """The probe's choice: tokens per second at K_PROBE from each depth's agreement and the
+    linear-in-depth draft cost; a deeper depth wins only where its agreement pays for it."""
+    import specdec.adaptive.layer_probe as P
+    target = make_model(7, num_hidden_layers=8)
+    assert P.candidates(8) == [1, 2, 3, 4, 5, 6, 7] and P.candidates(30) == [1, 5, 9, 13, 17, 21, 25, 29]
+    times = {None: {1: 0.010, 5: 0.011}, 1: {1: 0.002}}
+    monkeypatch.setattr(P, "time_forwards", lambda model, b, L, qs, num_layers=None, **kw: times[num_layers])
+    for agree, best in [({d: 0.1 for d in range(1, 8)}, 1), ({**{d: 0.1 for d in range(1, 8)}, 6: 0.95}, 6)]:
+        monkeypatch.setattr(P, "agreement", lambda *a, **kw: agree)
+        assert P.probe(target)["layers"] == best
+
+
+def test_agreement_counts_early_exits_that_match_the_full_depth(four_layer):
+    from specdec.adaptive.layer_probe import agreement
+    texts = random_prompts(2, seed=9, lo=12, hi=13)
+    a = agreement(four_layer, texts, [1, 2, 3], skip=2)
+    assert set(a) == {1, 2, 3} and all(0.0 <= v <= 1.0 for v in a.values())
+    with torch.inference_mode():
+        ids, pos = torch.tensor(texts), torch.arange(12)[None].expand(2, 12)
+        full = four_layer(ids, pos)[:, 2:].argmax(-1)
+        two = four_layer(ids, pos, num_layers=2)[:, 2:].argmax(-1)
+    assert a[2] == pytest.approx((two == full).float().mean().item())

@@ -1,0 +1,165 @@
+"""The round table learned while decoding, from the rounds the engine runs anyway.
+
+    online = OnlineRounds(cost_model)               # reads what earlier runs learned
+    online.record(key, sampled, b, k, L, dt)        # from AdaptiveK.observe(RoundResult)
+    online.prices(key, sampled, b, k_max)           # (k_max + 1,) seconds of a round at l_ref
+
+A real round costs its forwards (the cost model, here the cold start's prior: costs/prior.py)
+plus what they leave out: Python, sampling, verification, a proposer without a model. The
+forwards enter as a baseline: plain decoding's, and for k >= 1 the Theil-Sen line through the
+drafting rounds' forwards (a few sparse, briefly timed forwards: one noisy point must not price
+its k out). Per
+proposer key, sampling mode and batch size b, each k keeps the times of its last WINDOW rounds,
+moved to the reference cache length along the forwards' slope in L; its offset r_k is their
+lower quartile less the baseline (another process on the cores only ever adds time, and
+different k run at different moments: on a shared 2-core machine a median priced plain rounds
+that fell in a busy spell at 20x their cost). A row b is priced:
+
+- k = 0 at r_0;
+- k >= 1, with two or more drafting k observed: on the Theil-Sen line through their offsets (one
+  slow round cannot bend it), raised to a k's own offset above it once that rests on RAISE_N
+  rounds (a kernel cliff), never lowered: an argmax is drawn to whatever is priced too low;
+- with one drafting k1 observed: k1 at r_1, any other k at the cheaper of the two extrapolations
+  the evidence allows, min(r_1, r_1 * k / k1) (all overhead fixed, or all per draft);
+- a k without an observation at b: the other rows' offsets, linear in b between them and held
+  outside (as costs/rounds.py prices rows it has not measured); none at all: 0, the baseline
+  alone, which understates every round (the forwards are part of it).
+
+So a price no round has confirmed is the lowest the evidence allows (optimism under
+uncertainty), and the policy re-evaluates a switch the next round: a k chosen on such a price
+runs one round (two, where the first carried a catch-up, which is not recorded) and is then
+priced by its own time. At most 2(k_max + 1) such rounds per key, mode and batch size, once
+per machine (docs/adaptive.md, the bound): what is learned is saved (`online-<hash>.json` beside the
+measured tables, costs/cache.py, under the round tables' identity) after 16, 32, 64, ...
+observations of a key and mode, and every SAVE_EVERY after 1024, and read back by the next run.
+A measured round table (`specdec profile`) takes precedence: AdaptiveK asks this one only for
+keys and modes without one.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..costs import cache
+from ..costs.cost_model import CostModel
+from ..costs.key import CostKey
+from ..costs.rounds import theil_sen
+
+WINDOW = 16       # round times kept per (b, k): their lower quartile ignores up to 12 slow rounds of a
+                  # shared machine and follows a lasting change within 16 rounds at that k
+QUANTILE = 0.25   # the quantile of the window a k is priced at (the lower quartile: see above)
+RAISE_N = 3       # rounds at a k before its own price may raise it above the line: one slow round
+                  # must not price a k out for good (a k priced too high is not run again)
+SAVE_EVERY = 1024  # observations of a key and mode between saves once past the doubling schedule
+ONLINE_VERSION = 1  # how online tables are stored; other versions are ignored
+
+
+class _Table:
+    """One key and mode: round times per (b, k), and the priced offsets per row b."""
+
+    def __init__(self, ident: dict):
+        self.ident, self.samples, self.n = ident, {}, 0     # (b, k) -> deque of seconds at l_ref
+        self.priced: dict[int, np.ndarray] = {}              # b -> offsets, NaN where unpriced
+        self.dirty: set[int] = set()
+        self.version = 0                                     # bumped by every record
+
+
+class OnlineRounds:
+    """Round costs learned from observed rounds, on top of `cost`'s forwards."""
+
+    def __init__(self, cost: CostModel, persist: bool = True):
+        self.cost, self.persist = cost, persist
+        self.tables: dict[tuple[CostKey, bool], _Table] = {}
+        self._base: dict[tuple[CostKey, int], np.ndarray] = {}
+
+    def table(self, key: CostKey, sampled: bool) -> _Table:
+        """The table of `key` and mode, read from the cache on first use."""
+        if (key, sampled) not in self.tables:
+            t = self.tables[(key, sampled)] = _Table(self.cost.rounds_identity(key, sampled, ONLINE_VERSION))
+            d = cache.load(t.ident, "online-") if self.persist else None
+            for b, k, times in (d or {}).get("samples", []):
+                t.samples[(int(b), int(k))] = deque(map(float, times), maxlen=WINDOW)
+                t.dirty.add(int(b))
+        return self.tables[(key, sampled)]
+
+    def version(self, key: CostKey, sampled: bool) -> int:
+        """A number that changes whenever the table of `key` and mode learns a round."""
+        return self.table(key, sampled).version
+
+    def base(self, key: CostKey, b: int) -> np.ndarray:
+        """(cost.k_max + 1,) the baseline at l_ref: the forwards of a plain round, and for k >= 1
+        the Theil-Sen line through the drafting rounds' forwards."""
+        if (key, b) not in self._base:                      # the forwards never change: memoized
+            forward = self.cost.curve(key, b, self.cost.k_max, None)[0]
+            if len(forward) >= 3:
+                a, c = theil_sen({k: float(t) for k, t in enumerate(forward) if k >= 1})
+                forward = np.concatenate([forward[:1], a + c * np.arange(1, len(forward))])
+            self._base[(key, b)] = forward
+        return self._base[(key, b)]
+
+    def prices(self, key: CostKey, sampled: bool, b: int, k_max: int) -> np.ndarray:
+        """(k_max + 1,) seconds of a round drafting k = 0..k_max at b, at the reference length."""
+        return self.base(key, b)[:k_max + 1] + self.offsets(key, sampled, b, k_max)
+
+    def record(self, key: CostKey, sampled: bool, b: int, k: int, L: float, dt: float) -> None:
+        """One real round of b rows drafting k (k = 0: plain) that took `dt` s at longest cache L."""
+        t = self.table(key, sampled)
+        k_max = self.cost.k_max
+        if not 0 <= k <= k_max or b < 1:
+            return
+        slope = self.cost.curve(key, b, k_max, None)[1][k]
+        t.samples.setdefault((b, k), deque(maxlen=WINDOW)).append(dt - slope * (L - self.cost.target.l_ref))
+        t.dirty.add(b)
+        t.n += 1
+        t.version += 1
+        if self.persist and ((t.n >= 16 and t.n & (t.n - 1) == 0) or t.n % SAVE_EVERY == 0):
+            self.save(key, sampled)
+
+    def save(self, key: CostKey, sampled: bool) -> None:
+        """Write the table of `key` and mode to the cache (its recent rounds, as recorded)."""
+        t = self.table(key, sampled)
+        cache.save(t.ident, {"samples": [[b, k, list(s)] for (b, k), s in sorted(t.samples.items())]}, False,
+                   "online-")
+
+    def observed(self, key: CostKey, sampled: bool, b: int) -> list[int]:
+        """The k observed at batch size b."""
+        return sorted(k for bb, k in self.table(key, sampled).samples if bb == b)
+
+    def offsets(self, key: CostKey, sampled: bool, b: int, k_max: int) -> np.ndarray:
+        """(k_max + 1,) seconds a round drafting k = 0..k_max costs beyond the baseline at b."""
+        t = self.table(key, sampled)
+        for r in t.dirty:
+            t.priced[r] = self._row(t, key, r)
+        t.dirty.clear()
+        rows = sorted(t.priced)
+        out = np.zeros(k_max + 1)
+        for k in range(min(k_max, self.cost.k_max) + 1):
+            known = [(r, t.priced[r][k]) for r in rows if not np.isnan(t.priced[r][k])]
+            if known:
+                out[k] = np.interp(b, [r for r, _ in known], [v for _, v in known])
+        return out
+
+    def _row(self, t: _Table, key: CostKey, b: int) -> np.ndarray:
+        """Row b's offsets at k = 0..k_max as priced (module doc); NaN where nothing is known."""
+        k_max = self.cost.k_max
+        base = self.base(key, b)
+        low = {k: sorted(s)[int(QUANTILE * (len(s) - 1))] - base[k] for (bb, k), s in t.samples.items()
+               if bb == b and s}
+        n = {k: len(t.samples[(b, k)]) for k in low}
+        out = np.full(k_max + 1, np.nan)
+        if 0 in low:
+            out[0] = low[0]
+        drafting = {k: r for k, r in low.items() if k >= 1}
+        ks = np.arange(1, k_max + 1)
+        if len(drafting) == 1:
+            (k1, r1), = drafting.items()
+            out[1:] = np.minimum(r1, r1 * ks / k1)
+            out[k1] = r1
+        elif drafting:
+            a, c = theil_sen(drafting)
+            out[1:] = a + c * ks
+            for k, r in drafting.items():
+                if n[k] >= RAISE_N and r > out[k]:
+                    out[k] = r
+        return out

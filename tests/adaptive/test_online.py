@@ -1,0 +1,187 @@
+"""k = auto from a cold start: the prior's forwards, the round table learned online
+(adaptive/online.py), and what it must keep: no round timed before the first token, prices that
+converge to the measured table, choices that depend only on the rounds observed, and a bounded
+exploration."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from specdec.adaptive.online import WINDOW, OnlineRounds
+from specdec.adaptive.policy import AdaptiveK
+from specdec.build import Models, make_engine
+from specdec.config import EngineConfig, SamplingParams, SpecConfig
+from specdec.costs.cost_model import DRAFT_KEY
+from specdec.costs.rounds import RoundTable
+from specdec.engine.engine import Engine
+from specdec.engine.sequence import Sequence
+from tests.adaptive.fakes import K_MAX, FakeDraft, observe
+from tests.conftest import random_prompts
+from tests.synthetic_costs import synthetic_cost_model
+
+TARGET = lambda b, q, L: 0.010 + 0.0002 * b * q + 1e-6 * b * L     # noqa: E731  memory-bound forwards
+DRAFT = {"draft:draft": lambda b, L: 0.0005}
+
+
+def true_round(b: int, k: int, L: float = 128.0) -> float:
+    """What a real round costs beyond the forwards' prior: 0.4 ms of Python per round, 1.5 ms
+    more when drafting, 0.3 ms per draft (a proposer's own work the forwards do not see)."""
+    prior = TARGET(b, k + 1, L) + k * DRAFT["draft:draft"](b, L)
+    return prior + 0.0004 + (0.0015 + 0.0003 * k if k else 0.0)
+
+
+def measured_model():
+    """The prior's forwards plus a measured round table holding the true rounds at b = 1, 2, 4."""
+    cm = synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX)
+    for sampled in (False, True):
+        cm.rounds[(DRAFT_KEY, sampled)] = RoundTable({(b, k): (true_round(b, k), 128.0)
+                                                      for b in (1, 2, 4) for k in range(K_MAX + 1)})
+    return cm
+
+
+def cold_policy(n=4, max_new=1000):
+    cm = synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX)
+    pol = AdaptiveK(K_MAX, FakeDraft(), cm, OnlineRounds(cm, persist=False))
+    batch = [Sequence([2] * 128, SamplingParams(max_new_tokens=max_new)) for _ in range(n)]
+    for row, seq in enumerate(batch):
+        pol.start(row, seq)
+    return pol, batch
+
+
+def drive(pol, batch, alpha, steps, noise=None):
+    """Rounds at per-position acceptance alpha (as beta) costing true_round (times `noise(i)`);
+    -> the k chosen and whether each was chosen before any round at that k was observed."""
+    ks, unseen = [], []
+    for i in range(steps):
+        k = pol.choose(batch)
+        unseen.append(pol.online is not None and k not in pol.online.observed(DRAFT_KEY, False, len(batch)))
+        dt = true_round(len(batch), k) * (noise(i) if noise else 1.0)
+        observe(pol, batch, k, [k] * len(batch), [int(alpha > 0.5) * k] * len(batch), dt,
+                accept_prob=[[alpha] * k] * len(batch))
+        ks.append(k)
+    return ks, unseen
+
+
+def test_the_online_table_converges_to_the_measured_one():
+    """Rounds observed at two k only, a third of them 40% slow (a busy machine): every k's price
+    is the measured table's (the overheads are linear in k, as the line assumes)."""
+    cm = synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX)
+    online = OnlineRounds(cm, persist=False)
+    for i in range(3 * WINDOW):
+        for k in (0, 2, 5):
+            online.record(DRAFT_KEY, False, 4, k, 128.0, true_round(4, k) * (1.4 if i % 3 == 0 else 1.0))
+    pol = AdaptiveK(K_MAX, FakeDraft(), cm, online)
+    measured = AdaptiveK(K_MAX, FakeDraft(), measured_model())
+    np.testing.assert_allclose(pol.step_times(4, 128, DRAFT_KEY), measured.step_times(4, 128, DRAFT_KEY), rtol=1e-9)
+    # another cache length moves the price along the forwards' slope; another batch size holds
+    # the offsets learnt at b = 4
+    np.testing.assert_allclose(pol.step_times(4, 400, DRAFT_KEY) - pol.step_times(4, 128, DRAFT_KEY),
+                               [TARGET(4, k + 1, 400) - TARGET(4, k + 1, 128) for k in range(K_MAX + 1)])
+    np.testing.assert_allclose(pol.step_times(8, 128, DRAFT_KEY) - cm.curve(DRAFT_KEY, 8, K_MAX, None)[0],
+                               [true_round(4, k) - cm.curve(DRAFT_KEY, 4, K_MAX, None)[0][k] for k in range(K_MAX + 1)])
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.7, 0.9])
+def test_a_cold_policy_ends_where_the_measured_one_is_and_explores_boundedly(alpha):
+    """Driven by rounds that cost what they cost, the cold policy settles on the k the measured
+    table gives from the start; the rounds it ran at a k not yet observed at that batch size
+    number at most k_max + 1 (docs/adaptive.md, the exploration bound)."""
+    cold, batch = cold_policy()
+    ks, unseen = drive(cold, batch, alpha, 200)
+    warm = AdaptiveK(K_MAX, FakeDraft(), measured_model())
+    for row, seq in enumerate(batch):
+        warm.start(row, seq)
+    ref, _ = drive(warm, batch, alpha, 200)
+    assert ks[-50:] == ref[-50:], (ks, ref)
+    assert sum(unseen) <= K_MAX + 1
+
+
+def test_a_cold_policy_chooses_only_from_the_rounds_it_observed(monkeypatch):
+    """Two cold policies fed the same rounds choose the same k every round (the choice is a
+    function of the past: what rejection sampling needs to keep the target's law), and neither
+    reads a clock: the times come from the rounds the engine reports."""
+    noise = lambda i: 1.0 + 0.5 * ((i * 7919) % 13 == 0)     # noqa: E731  an occasional slow round
+    a, batch_a = cold_policy()
+    b, batch_b = cold_policy()
+
+    def no_clock():
+        raise AssertionError("the policy read the clock")
+    for name in ("perf_counter", "monotonic", "time"):
+        monkeypatch.setattr(time, name, no_clock)
+    ks_a, _ = drive(a, batch_a, 0.6, 120, noise)
+    ks_b, _ = drive(b, batch_b, 0.6, 120, noise)
+    monkeypatch.undo()
+    assert ks_a == ks_b and len(set(ks_a)) > 1
+    # and a round reported differently changes only the choices after it
+    c, batch_c = cold_policy()
+    ks_c, _ = drive(c, batch_c, 0.6, 120, lambda i: noise(i) * (3.0 if i == 60 else 1.0))
+    assert ks_c[:61] == ks_a[:61]
+
+
+def test_what_is_learnt_is_saved_and_read_by_the_next_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    cm = synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX)
+    first = OnlineRounds(cm)
+    for i in range(16):                                  # the first save: after 16 observations
+        first.record(DRAFT_KEY, True, 2, i % 3, 128.0, true_round(2, i % 3))
+    assert list((tmp_path / "costs").glob("online-*.json"))
+    second = OnlineRounds(cm)
+    assert second.observed(DRAFT_KEY, True, 2) == [0, 1, 2] and second.observed(DRAFT_KEY, False, 2) == []
+    np.testing.assert_allclose(second.offsets(DRAFT_KEY, True, 2, K_MAX), first.offsets(DRAFT_KEY, True, 2, K_MAX))
+
+
+def test_a_cold_start_times_forwards_only_and_no_round(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """An empty cache: building the engine times a few forwards (the prior) and no round, not
+    one scratch engine; its first token comes from the first step; rounds are learnt after."""
+    import specdec.adaptive.calibrate as calibrate
+    import specdec.build as build
+    import specdec.costs.profiling as profiling
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    forwards = []
+
+    def fake_forwards(model, b, L, qs, *a, **kw):
+        forwards.append((b, L, tuple(qs)))
+        return {q: 1e-3 * q for q in qs}
+
+    def forbidden(*a, **kw):
+        raise AssertionError("a round was timed before the first token")
+    monkeypatch.setattr(profiling, "time_forwards", fake_forwards)
+    monkeypatch.setattr(build, "round_timer", forbidden)
+    monkeypatch.setattr(calibrate, "Engine", forbidden)
+    eng = make_engine(Models(tiny_target, None, tiny_draft), SpecConfig(method="draft", k="auto", k_max=4),
+                      EngineConfig(max_batch=8, max_model_len=128))
+    assert forwards and len(forwards) <= 12            # the target's 2 rows x 2 lengths, the draft's
+    assert {b for b, _L, _q in forwards} == {1, 8} and all(len(q) <= 5 for _b, _L, q in forwards)
+    prompt = random_prompts(1, seed=4)[0]
+    seq = eng.add_request(prompt, SamplingParams(max_new_tokens=24, ignore_eos=True))
+    eng.step()
+    assert seq.num_output == 1                           # the first token: prefill, nothing timed
+    while eng.has_unfinished():
+        eng.step()
+    assert eng.policy.online.observed(DRAFT_KEY, False, 1)
+    plain = Engine(tiny_target, SpecConfig(method="none", k=0), EngineConfig(max_model_len=128))
+    assert seq.output_ids == plain.generate([prompt], SamplingParams(max_new_tokens=24, ignore_eos=True))[0].output_ids
+
+
+def test_which_rounds_are_learnt():
+    """A round is learnt at the widest draft it verified; not a catch-up round (the first
+    drafting round after plain ones), nor one asked to draft that drafted nothing."""
+    pol, batch = cold_policy(n=2)
+    seen = lambda: {k: len(s) for (b, k), s in pol.online.table(DRAFT_KEY, False).samples.items()}  # noqa: E731
+    observe(pol, batch, 4, [3, 2], [1, 0], 0.02)          # an n-gram-like short draft: verified width 3
+    observe(pol, batch, 0, [0, 0], [0, 0], 0.01)
+    observe(pol, batch, 4, [4, 4], [0, 0], 0.05)          # after a plain round: the draft's catch-up
+    observe(pol, batch, 4, [0, 0], [0, 0], 0.01)          # asked for 4, drafted none
+    observe(pol, batch, 2, [2, 2], [2, 2], 0.02)
+    assert seen() == {3: 1, 0: 1, 2: 1}
+
+
+def test_one_slow_forward_in_the_prior_does_not_price_its_k_out():
+    """The baseline is a line through the prior's drafting forwards: a forward timed 50% slow at
+    q = 3 leaves k = 2 priced as its neighbours say."""
+    spiky = lambda b, q, L: TARGET(b, q, L) * (1.5 if q == 3 else 1.0)     # noqa: E731
+    clean = OnlineRounds(synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX), persist=False)
+    noisy = OnlineRounds(synthetic_cost_model(spiky, DRAFT, k_max=K_MAX), persist=False)
+    np.testing.assert_allclose(noisy.prices(DRAFT_KEY, False, 1, K_MAX), clean.prices(DRAFT_KEY, False, 1, K_MAX))
