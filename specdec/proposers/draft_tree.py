@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from ..batch import Batch
+from ..batch import Batch, RowSlots
 from ..models.prefill import prefill_rows
 from ..models.tree import MAX_TREE
 from ..errors import ConfigError
@@ -61,7 +61,7 @@ class DraftTreeProposer(DraftModelProposer):
         super().__init__(model, rows, max_len, name=name)
         self.budget, self._was_tree, self.auto_size = budget, False, AutoSize(cost, budget)
         self._no_draft = torch.zeros(rows, 0, dtype=torch.long, device=model.device)   # (rows, 0)
-        self._unfilled: set[int] = set()        # auto: rows whose prompt the draft has not read yet
+        self._unfilled = RowSlots()              # auto: rows whose prompt the draft has not read yet (-> True)
 
     def propose(self, batch: Batch, k: int) -> Draft:
         s = batch.sampling
@@ -82,7 +82,7 @@ class DraftTreeProposer(DraftModelProposer):
             return super().start_rows(rows, seqs)
         for row in rows:
             self.cache.reset(row)
-            self._unfilled.add(row)
+            self._unfilled[row] = True
 
     def _catch_up(self, batch: Batch) -> None:
         """Prefill the rows admitted since the last drafted round, every token but the pending one
@@ -95,20 +95,12 @@ class DraftTreeProposer(DraftModelProposer):
             for r in rows:
                 prefill_rows(self.model, self.cache, [batch[r].token_ids[:-1]], r,
                              num_layers=self.num_layers, hidden_only=True)
-        self._unfilled.difference_update(rows)
+        for r in rows:
+            del self._unfilled[r]
         self.auto_size.rates.exclude(time.perf_counter() - t0)
 
-    def move_row(self, src, dst):
-        super().move_row(src, dst)
-        if src in self._unfilled:
-            self._unfilled.discard(src)
-            self._unfilled.add(dst)
-        else:
-            self._unfilled.discard(dst)
-
-    def finish(self, row):
-        super().finish(row)
-        self._unfilled.discard(row)
+    def row_state(self):
+        return super().row_state() + [self._unfilled]
 
     @torch.inference_mode()
     def _tree(self, batch: Batch, k: int) -> Draft:

@@ -19,7 +19,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from ..batch import Batch, prompt_runs
+from ..batch import Batch, RowSlots, prompt_runs
 from ..costs.key import CostKey
 from ..models.feature_head import FeatureHead, head_decoder
 from ..models.quantize import quantize
@@ -59,7 +59,7 @@ class FeatureHeadProposer(Proposer):
             self._feature_proj = w[:, d:].contiguous()                                   # (d, d)
         self._proj_packed = self.decoder.runner.pack(self._feature_proj)   # None: no fused head loop
         self.cache = self.decoder.new_cache(rows, max_len)
-        self.pending: dict[int, torch.Tensor] = {}      # row -> (m, d) target features not yet fed
+        self.pending = RowSlots()                       # row -> (m, d) target features not yet fed
         self._committed: list[int] | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -92,16 +92,8 @@ class FeatureHeadProposer(Proposer):
                 self.cache.advance(r, P)
                 self.pending[r] = f[-1:]
 
-    def move_row(self, src, dst):
-        self.cache.move_row(src, dst)
-        if src in self.pending:
-            self.pending[dst] = self.pending.pop(src)
-        else:
-            self.pending.pop(dst, None)
-
-    def finish(self, row):
-        self.cache.reset(row)
-        self.pending.pop(row, None)
+    def row_state(self):
+        return [self.cache, self.pending]
 
     # ---- drafting ------------------------------------------------------------------------
     def _forward(self, tokens, feats, positions, cache, hidden=None, tree=None):
