@@ -21,8 +21,7 @@ import torch
 from ..batch import Batch, RowSlots
 from ..models.prefill import prefill_rows
 from ..models.tree import MAX_TREE
-from ..errors import ConfigError
-from .base import Draft, register
+from .base import Draft
 from .draft_model import DraftModelProposer
 from .tree_growth import grow, keep_best, path_probs, tree_width
 from .tree_size import AUTO_NODES, AutoSize
@@ -147,14 +146,3 @@ class DraftTreeProposer(DraftModelProposer):
             self.cache.advance(b, len(path))
         self._committed = self._round = None
 
-
-@register("draft")
-def _build(target, spec, draft_model=None, rows=1, max_len=1024, tree_cost=None, **_):
-    if draft_model is None:
-        raise ConfigError("method 'draft' needs a draft model (--draft DIR)")
-    if draft_model.config.vocab_size != target.config.vocab_size:
-        raise ConfigError(f"draft vocabulary ({draft_model.config.vocab_size}) differs from the "
-                          f"target's ({target.config.vocab_size})")
-    if spec.tree:
-        return DraftTreeProposer(draft_model, rows, max_len, budget=spec.tree, cost=tree_cost)
-    return DraftModelProposer(draft_model, rows, max_len)
