@@ -29,8 +29,7 @@ from .tree_size import AUTO_NODES, AutoSize
 
 def tree_round(sampling) -> bool:
     """Whether a batch with these settings drafts a tree: greedy or temperature-only rows."""
-    s = sampling
-    return not (s.processed or s.any_coupled or not (s.all_argmax or s.temperature_only))
+    return sampling.tree_ok
 
 
 def level_width(budget: int | str, k: int, sampled: bool, vocab: int) -> int:
@@ -104,7 +103,7 @@ class DraftTreeProposer(DraftModelProposer):
     @torch.inference_mode()
     def _tree(self, batch: Batch, k: int) -> Draft:
         B, dev, s, t0 = len(batch), self.model.device, batch.sampling, time.perf_counter()
-        w = level_width(self.budget, k, not s.all_argmax, self.model.config.vocab_size)
+        w = level_width(self.budget, k, s.sampled, self.model.config.vocab_size)
         # 1. Feed what the draft has not seen; its last output scores the root's children.
         feeds, tokens, positions = self._unseen(batch)
         last = torch.tensor([len(f) - 1 for f in feeds], device=dev)                      # (B,)
@@ -116,7 +115,7 @@ class DraftTreeProposer(DraftModelProposer):
         g = grow(logits[torch.arange(B), last], lambda tok, par, tree, pos: self.model(
             tok, pos, self.cache, num_layers=self.num_layers, tree=tree), k, w, base, s)
         # 3. Keep the budget's best nodes (auto: as many as pay), in node order.
-        n = kept_nodes(self.budget, g, not s.all_argmax, self.auto_size, time.perf_counter() - t0)
+        n = kept_nodes(self.budget, g, s.sampled, self.auto_size, time.perf_counter() - t0)
         draft, keep_rows = keep_best(g, n)
         # for rollback: the rows, and where each kept node's K/V sit (levels 1..k-1 were fed)
         self._round = (draft, keep_rows, (k - 1) * w)

@@ -135,7 +135,7 @@ class FeatureHeadProposer(Proposer):
     def _draft_fused(self, feed, feats, n, start, steps, s, u, portable):
         """The whole round by the runner's fused head loop (models/native/head.py) from this
         proposer's tables, else `portable()` -> (tokens (B, steps), q)."""
-        hn, sampled = self.head.hnorm, not s.all_argmax
+        hn, sampled = self.head.hnorm, s.sampled
         return self.decoder.runner.head_draft(
             portable, feed, feats, torch.tensor(start), steps, self.cache, self._token_part, self._proj_packed,
             hn.weight.detach(), hn.eps, self.vocab, s.temperature if sampled else None, u if sampled else None,
@@ -162,7 +162,7 @@ class FeatureHeadProposer(Proposer):
         self._committed = [a + m for a, m in zip(start, n)]                     # rollback keeps these entries
         s, first = context.sampling, [len(seq.token_ids) for seq in context]      # first: draft 1's position
         u = None if s.all_argmax else s.uniforms(k)                                            # (B, k)
-        greedy = s.all_argmax and not s.any_coupled and not s.processed
+        greedy = s.fused_argmax
         loop = lambda: self._draft_loop(tokens, feats, n, start, k, s, u, first, greedy)  # noqa: E731
         if greedy or s.temperature_only:            # the whole round fused where the runner can
             out, q = self._draft_fused(tokens, feats, n, start, k, s, u, loop)         # (B, k), (B, k, V)
