@@ -1,10 +1,14 @@
 """The engine's own share of a round: time outside the model forwards, at batch 1.
 
 A round is one `Engine.step()` (propose, verify forward, verify, commit, policy). The
-forwards (the target's and the draft's, through the compiled decoder or eager PyTorch)
-are timed by wrapping `LlamaModel.forward` and the compiled greedy draft loop
-(`NativeForward.draft_argmax` and `draft_sample`, whose argmaxes and draws are counted as forward time, as is the argmax a greedy verify forward computes); everything else in the step is the engine's
-own work: Python bookkeeping, building inputs, verification, sampling and the host sync.
+forwards (the target's and the draft's, through the compiled decoder, CUDA graphs or eager
+PyTorch) are timed at the model runner's seams (models/runner.py), the only way a cached
+forward is run: `ModelRunner.forward`, `ModelRunner.draft` (a whole drafting loop, its
+argmaxes and draws counted as forward time, as is the argmax a greedy verify forward
+computes) and `ModelRunner.head_draft` (a feature head's round). A seam called inside
+another (the draft loop's own forwards) is counted once, in the outer one. Everything else
+in the step is the engine's own work: Python bookkeeping, building inputs, verification,
+sampling (`ModelRunner.sample_verify` included) and the host sync.
 
     python benchmarks/engine_overhead.py [--new-tokens 200] [--repeats 5] [--out results/engine_overhead]
 """
@@ -44,8 +48,7 @@ def main(argv=None) -> dict:
     from specdec.config import EngineConfig, SamplingParams, SpecConfig
     from specdec.defaults import default_draft, default_target
     from specdec.build import load_models, make_engine
-    from specdec.models.llama import LlamaModel
-    from specdec.models.native.forward import NativeForward
+    from specdec.models.runner import ModelRunner
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=200)
@@ -56,16 +59,23 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     models = load_models(default_target(), default_draft())
     forward_time = {"s": 0.0}
-    real, real_loop, real_sample = LlamaModel.forward, NativeForward.draft_argmax, NativeForward.draft_sample
+    seams = ("forward", "draft", "head_draft")                      # ModelRunner's forward-running methods
+    real = {name: getattr(ModelRunner, name) for name in seams}
+    depth = [0]                                                     # seams in progress (nested: counted once)
 
     def timer(fn):
         def timed(self, *a, **kw):
+            depth[0] += 1
             t0 = time.perf_counter()
-            out = fn(self, *a, **kw)
-            forward_time["s"] += time.perf_counter() - t0
-            return out
+            try:
+                return fn(self, *a, **kw)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    forward_time["s"] += time.perf_counter() - t0
         return timed
-    LlamaModel.forward, NativeForward.draft_argmax, NativeForward.draft_sample = timer(real), timer(real_loop), timer(real_sample)
+    for name in seams:
+        setattr(ModelRunner, name, timer(real[name]))
     prompt = models.tokenizer.frame(models.tokenizer.encode(Path(__file__).read_text()[:600], add_special_tokens=False)[:128])
     rows = []
     for k in [int(x) for x in args.ks.split(",")]:
@@ -77,7 +87,8 @@ def main(argv=None) -> dict:
             rows.append({"k": k, "temperature": temp, **r})
             print(f"k={k} T={temp:g}: outside forwards {100 * r['outside_share']:.1f}% of a "
                   f"{r['round_ms']:.2f} ms round", flush=True)
-    LlamaModel.forward, NativeForward.draft_argmax, NativeForward.draft_sample = real, real_loop, real_sample
+    for name in seams:
+        setattr(ModelRunner, name, real[name])
     from specdec.costs.cache import _cpu_name
     cpu = _cpu_name()
     result = {"cpu": cpu, "threads": args.threads, "kernel": models.target.kernel.name, "rows": rows,

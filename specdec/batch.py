@@ -31,3 +31,11 @@ def prompt_runs(lengths: list[int]) -> list[tuple[int, int]]:
         runs.append((i, j))
         i = j
     return runs
+
+
+class RowSlots(dict):
+    """Per-row state of a proposer or a k policy: row -> its object (a row without an entry
+    has none yet). The owner reads and writes it like a dict; it never moves or frees it: the
+    engine's row table does (`engine/rows.py`: one `move`, one `free` for every owner's
+    state), after the owner's `finish` hook has read what it needs. An owner hands its slots
+    (and its KV caches) to the table from `row_state()`."""

@@ -175,7 +175,7 @@ class Engine:
         B, kk, dev, s = len(batch), proposal.draft.tokens.shape[1], self.device, batch.sampling
         tokens, positions, tree = block_inputs(batch, self.cache.lengths[:B], proposal.draft, proposal.rows,
                                                self.cache_len - 1, dev)                  # (B, kk+1) each
-        greedy = s.all_argmax and not s.any_coupled and not s.processed
+        greedy = s.fused_argmax
         best = torch.empty(B, kk + 1, dtype=torch.long, device=dev) if greedy else None   # (B, kk+1)
         hidden = (torch.empty(B, kk + 1, self.target.config.hidden_size, device=dev)
                   if self.proposer.uses_features else None)                              # (B, kk+1, d)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from ..batch import Batch
+from ..batch import Batch, RowSlots
 from ..config import KTable, SpecConfig
 from ..errors import ConfigError
 from .round import RoundResult
@@ -38,8 +38,14 @@ class KPolicy(ABC):
     def finish(self, row: int) -> None:
         """The request in `row` left the batch."""
 
+    def row_state(self) -> list:
+        """The policy's per-row `RowSlots` (batch.py), which the row table moves and frees."""
+        return []
+
     def move_row(self, src: int, dst: int) -> None:
-        """The engine moved the request in row `src` to row `dst`."""
+        """The engine moved the request in row `src` to row `dst`: only for a policy whose
+        per-row state is not yet in `row_state()` (the adaptive policy's acceptance counts,
+        numpy arrays indexed by row)."""
 
 
 class FixedK(KPolicy):
@@ -59,21 +65,19 @@ class HeuristicK(KPolicy):
 
     def __init__(self, k0: int, k_max: int):
         self.k0, self.k_max = k0, k_max
-        self.rows: list[int] = []
+        self.rows = RowSlots()                          # row -> its k
 
     def choose(self, batch) -> int:
-        return max(self.rows[:len(batch)], default=self.k0)
+        return max((self.rows[b] for b in range(len(batch))), default=self.k0)
 
     def row_caps(self):
-        return self.rows
+        return [self.rows[b] for b in range(len(self.rows))]
+
+    def row_state(self):
+        return [self.rows]
 
     def start(self, row, seq):
-        while len(self.rows) <= row:
-            self.rows.append(self.k0)
         self.rows[row] = self.k0
-
-    def move_row(self, src, dst):
-        self.rows[dst] = self.rows[src]
 
     def observe(self, result):
         for b, (nd, n) in enumerate(zip(result.num_draft, result.accepted)):

@@ -7,7 +7,7 @@ sampling settings they were built for.
 """
 from __future__ import annotations
 
-from ..batch import Batch
+from ..batch import Batch, RowSlots
 from ..models.kv_cache import KVCache
 from ..proposers.base import Proposer
 from ..verify.sampling import BatchSampling
@@ -51,11 +51,22 @@ class RowTable:
             self.policy.start(seq.row, seq)
         self._sampling = None
 
+    def state(self) -> list:
+        """Everything held per row: the target's cache and what the proposer and the policy
+        declare (`row_state()`: their `RowSlots` and KV caches)."""
+        return [self.cache] + self.proposer.row_state() + self.policy.row_state()
+
     def move(self, src: int, dst: int) -> None:
-        """Row `src`'s request now lives in row `dst` (whose request left): its cache, its
-        proposer and policy state, its sequence."""
-        self.cache.move_row(src, dst)
-        self.proposer.move_row(src, dst)
+        """Row `src`'s request now lives in row `dst` (whose request left): every owner's
+        state of the row, and its sequence."""
+        for store in self.state():
+            if isinstance(store, RowSlots):
+                if src in store:
+                    store[dst] = store.pop(src)
+                else:
+                    store.pop(dst, None)
+            else:
+                store.move_row(src, dst)
         self.policy.move_row(src, dst)
         if src < len(self.seqs):
             self.seqs[dst] = self.seqs[src]
@@ -63,10 +74,15 @@ class RowTable:
         self._sampling = None
 
     def free(self, row: int) -> None:
-        """The request in `row` left: every owner frees its state."""
+        """The request in `row` left: the owners' `finish` hooks see its state last, then
+        the table drops it."""
         self.proposer.finish(row)
         self.policy.finish(row)
-        self.cache.reset(row)
+        for store in self.state():
+            if isinstance(store, RowSlots):
+                store.pop(row, None)
+            else:
+                store.reset(row)
         self._sampling = None
 
     def retire(self) -> None:

@@ -30,7 +30,8 @@ Keeping sub-proposers in step: a sub-proposer that did not propose for a row is 
 that row accepted 0 of its tokens, and every sub-proposer catches up from the
 sequence itself on its next call: the draft model (and layerskip) feed the tokens their
 cache has not seen, ngram and suffix extend their per-row buffers/indexes. Lifecycle
-hooks (start, move_row, finish) are forwarded to all of them.
+hooks (start, finish) are forwarded to all of them, and their per-row state is handed
+to the row table with the bandit's own (`row_state`).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from dataclasses import replace
 
 import torch
 
+from ..batch import RowSlots
 from ..errors import ConfigError
 from ..costs.key import CostKey
 from .base import Draft, NoProposer, Proposer, create, register
@@ -72,9 +74,9 @@ class AutoProposer(Proposer):
         self.names = list(arms)
         self.arms = [arms[n] for n in self.names]
         self.gamma, self.c, self.prior, self.clock = gamma, c, prior, clock
-        self.rows: dict[int, _Stats] = {}
+        self.rows: RowSlots = RowSlots()   # row -> _Stats
         self.glob: dict[str, tuple[list[float], list[float]]] = {}   # mode -> (tokens, seconds) per arm
-        self.row_mode: dict[int, str] = {}                  # each running row's verification mode
+        self.row_mode: RowSlots = RowSlots()                # each running row's verification mode
         self.chosen: list[int] | None = None                # arms of the round in flight, per row
         self.planned: list[int] | None = None               # arms `plan` picked for the next round
         self.used: list[int] = []
@@ -112,19 +114,14 @@ class AutoProposer(Proposer):
                 st.n[i], st.sec[i], st.tok[i] = self.prior, self.prior * 1e-3, self.prior * 1e-3 * g
         self.rows[row] = st
 
-    def move_row(self, src, dst):
-        for a in self.arms:
-            a.move_row(src, dst)
-        if src in self.rows:
-            self.rows[dst] = self.rows.pop(src)
-        if src in self.row_mode:
-            self.row_mode[dst] = self.row_mode.pop(src)
+    def row_state(self):
+        return [self.rows, self.row_mode] + [s for a in self.arms for s in a.row_state()]
 
     def finish(self, row):
         for a in self.arms:
             a.finish(row)
-        st = self.rows.pop(row, None)
-        mode = self.row_mode.pop(row, _DEFAULT_MODE)
+        st = self.rows.get(row)
+        mode = self.row_mode.get(row, _DEFAULT_MODE)
         if st is not None:                   # the request's goodput becomes its mode's next requests' prior
             tok, sec = self.glob.setdefault(mode, ([0.0] * len(self.arms), [0.0] * len(self.arms)))
             for i in range(len(self.arms)):

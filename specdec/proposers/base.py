@@ -71,10 +71,13 @@ class Proposer(ABC):
         token and the accepted drafts) after verification."""
 
     def finish(self, row: int) -> None:
-        """The request in `row` left the batch."""
+        """The request in `row` left the batch (called before the row table frees the row's
+        state, so the proposer can still read it)."""
 
-    def move_row(self, src: int, dst: int) -> None:
-        """The engine moved the request in row `src` to row `dst`."""
+    def row_state(self) -> list:
+        """The proposer's per-row state, which the row table moves and frees: its `RowSlots`
+        (batch.py) and its KV caches (`move_row`, `reset`). The proposer never moves a row."""
+        return []
 
     def plan(self, batch: Batch) -> None:
         """Before the policy chooses k; a proposer that decides per round which way it will
@@ -91,14 +94,6 @@ class NoProposer(Proposer):
 
     def propose(self, batch, k):
         return Draft(tokens=torch.zeros(len(batch), 0, dtype=torch.long), lengths=[0] * len(batch))
-
-
-def move_row_state(rows: dict, src: int, dst: int) -> None:
-    """For proposers that keep per-row state in a dict: the state of `src` now belongs to `dst`."""
-    if src in rows:
-        rows[dst] = rows.pop(src)
-    else:
-        rows.pop(dst, None)
 
 
 _REGISTRY: dict[str, Callable] = {}

@@ -35,11 +35,8 @@ class DraftModelProposer(Proposer):
                 prefill_rows(self.model, self.cache, [seq.token_ids[:-1] for seq in seqs], rows[0],
                              num_layers=self.num_layers, hidden_only=True)
 
-    def move_row(self, src, dst):
-        self.cache.move_row(src, dst)
-
-    def finish(self, row):
-        self.cache.reset(row)
+    def row_state(self):
+        return [self.cache]
 
     @torch.inference_mode()
     def propose(self, context: Batch, k: int) -> Draft:

@@ -18,11 +18,10 @@ from typing import Callable
 
 import torch
 
-from ..batch import Batch
+from ..batch import Batch, RowSlots
 from ..models.prefill import prefill_rows
 from ..models.tree import MAX_TREE
-from ..errors import ConfigError
-from .base import Draft, register
+from .base import Draft
 from .draft_model import DraftModelProposer
 from .tree_growth import grow, keep_best, path_probs, tree_width
 from .tree_size import AUTO_NODES, AutoSize
@@ -30,8 +29,7 @@ from .tree_size import AUTO_NODES, AutoSize
 
 def tree_round(sampling) -> bool:
     """Whether a batch with these settings drafts a tree: greedy or temperature-only rows."""
-    s = sampling
-    return not (s.processed or s.any_coupled or not (s.all_argmax or s.temperature_only))
+    return sampling.tree_ok
 
 
 def level_width(budget: int | str, k: int, sampled: bool, vocab: int) -> int:
@@ -61,7 +59,7 @@ class DraftTreeProposer(DraftModelProposer):
         super().__init__(model, rows, max_len, name=name)
         self.budget, self._was_tree, self.auto_size = budget, False, AutoSize(cost, budget)
         self._no_draft = torch.zeros(rows, 0, dtype=torch.long, device=model.device)   # (rows, 0)
-        self._unfilled: set[int] = set()        # auto: rows whose prompt the draft has not read yet
+        self._unfilled = RowSlots()              # auto: rows whose prompt the draft has not read yet (-> True)
 
     def propose(self, batch: Batch, k: int) -> Draft:
         s = batch.sampling
@@ -82,7 +80,7 @@ class DraftTreeProposer(DraftModelProposer):
             return super().start_rows(rows, seqs)
         for row in rows:
             self.cache.reset(row)
-            self._unfilled.add(row)
+            self._unfilled[row] = True
 
     def _catch_up(self, batch: Batch) -> None:
         """Prefill the rows admitted since the last drafted round, every token but the pending one
@@ -95,25 +93,17 @@ class DraftTreeProposer(DraftModelProposer):
             for r in rows:
                 prefill_rows(self.model, self.cache, [batch[r].token_ids[:-1]], r,
                              num_layers=self.num_layers, hidden_only=True)
-        self._unfilled.difference_update(rows)
+        for r in rows:
+            del self._unfilled[r]
         self.auto_size.rates.exclude(time.perf_counter() - t0)
 
-    def move_row(self, src, dst):
-        super().move_row(src, dst)
-        if src in self._unfilled:
-            self._unfilled.discard(src)
-            self._unfilled.add(dst)
-        else:
-            self._unfilled.discard(dst)
-
-    def finish(self, row):
-        super().finish(row)
-        self._unfilled.discard(row)
+    def row_state(self):
+        return super().row_state() + [self._unfilled]
 
     @torch.inference_mode()
     def _tree(self, batch: Batch, k: int) -> Draft:
         B, dev, s, t0 = len(batch), self.model.device, batch.sampling, time.perf_counter()
-        w = level_width(self.budget, k, not s.all_argmax, self.model.config.vocab_size)
+        w = level_width(self.budget, k, s.sampled, self.model.config.vocab_size)
         # 1. Feed what the draft has not seen; its last output scores the root's children.
         feeds, tokens, positions = self._unseen(batch)
         last = torch.tensor([len(f) - 1 for f in feeds], device=dev)                      # (B,)
@@ -125,7 +115,7 @@ class DraftTreeProposer(DraftModelProposer):
         g = grow(logits[torch.arange(B), last], lambda tok, par, tree, pos: self.model(
             tok, pos, self.cache, num_layers=self.num_layers, tree=tree), k, w, base, s)
         # 3. Keep the budget's best nodes (auto: as many as pay), in node order.
-        n = kept_nodes(self.budget, g, not s.all_argmax, self.auto_size, time.perf_counter() - t0)
+        n = kept_nodes(self.budget, g, s.sampled, self.auto_size, time.perf_counter() - t0)
         draft, keep_rows = keep_best(g, n)
         # for rollback: the rows, and where each kept node's K/V sit (levels 1..k-1 were fed)
         self._round = (draft, keep_rows, (k - 1) * w)
@@ -155,14 +145,3 @@ class DraftTreeProposer(DraftModelProposer):
             self.cache.advance(b, len(path))
         self._committed = self._round = None
 
-
-@register("draft")
-def _build(target, spec, draft_model=None, rows=1, max_len=1024, tree_cost=None, **_):
-    if draft_model is None:
-        raise ConfigError("method 'draft' needs a draft model (--draft DIR)")
-    if draft_model.config.vocab_size != target.config.vocab_size:
-        raise ConfigError(f"draft vocabulary ({draft_model.config.vocab_size}) differs from the "
-                          f"target's ({target.config.vocab_size})")
-    if spec.tree:
-        return DraftTreeProposer(draft_model, rows, max_len, budget=spec.tree, cost=tree_cost)
-    return DraftModelProposer(draft_model, rows, max_len)

@@ -19,7 +19,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from ..batch import Batch, prompt_runs
+from ..batch import Batch, RowSlots, prompt_runs
 from ..costs.key import CostKey
 from ..models.feature_head import FeatureHead, head_decoder
 from ..models.quantize import quantize
@@ -59,7 +59,7 @@ class FeatureHeadProposer(Proposer):
             self._feature_proj = w[:, d:].contiguous()                                   # (d, d)
         self._proj_packed = self.decoder.runner.pack(self._feature_proj)   # None: no fused head loop
         self.cache = self.decoder.new_cache(rows, max_len)
-        self.pending: dict[int, torch.Tensor] = {}      # row -> (m, d) target features not yet fed
+        self.pending = RowSlots()                       # row -> (m, d) target features not yet fed
         self._committed: list[int] | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -92,16 +92,8 @@ class FeatureHeadProposer(Proposer):
                 self.cache.advance(r, P)
                 self.pending[r] = f[-1:]
 
-    def move_row(self, src, dst):
-        self.cache.move_row(src, dst)
-        if src in self.pending:
-            self.pending[dst] = self.pending.pop(src)
-        else:
-            self.pending.pop(dst, None)
-
-    def finish(self, row):
-        self.cache.reset(row)
-        self.pending.pop(row, None)
+    def row_state(self):
+        return [self.cache, self.pending]
 
     # ---- drafting ------------------------------------------------------------------------
     def _forward(self, tokens, feats, positions, cache, hidden=None, tree=None):
@@ -143,7 +135,7 @@ class FeatureHeadProposer(Proposer):
     def _draft_fused(self, feed, feats, n, start, steps, s, u, portable):
         """The whole round by the runner's fused head loop (models/native/head.py) from this
         proposer's tables, else `portable()` -> (tokens (B, steps), q)."""
-        hn, sampled = self.head.hnorm, not s.all_argmax
+        hn, sampled = self.head.hnorm, s.sampled
         return self.decoder.runner.head_draft(
             portable, feed, feats, torch.tensor(start), steps, self.cache, self._token_part, self._proj_packed,
             hn.weight.detach(), hn.eps, self.vocab, s.temperature if sampled else None, u if sampled else None,
@@ -170,7 +162,7 @@ class FeatureHeadProposer(Proposer):
         self._committed = [a + m for a, m in zip(start, n)]                     # rollback keeps these entries
         s, first = context.sampling, [len(seq.token_ids) for seq in context]      # first: draft 1's position
         u = None if s.all_argmax else s.uniforms(k)                                            # (B, k)
-        greedy = s.all_argmax and not s.any_coupled and not s.processed
+        greedy = s.fused_argmax
         loop = lambda: self._draft_loop(tokens, feats, n, start, k, s, u, first, greedy)  # noqa: E731
         if greedy or s.temperature_only:            # the whole round fused where the runner can
             out, q = self._draft_fused(tokens, feats, n, start, k, s, u, loop)         # (B, k), (B, k, V)

@@ -48,7 +48,7 @@ class FeatureTreeProposer(FeatureHeadProposer):
     @torch.inference_mode()
     def _tree(self, context: Batch, k: int) -> Draft:
         B, s, t0 = len(context), context.sampling, time.perf_counter()
-        w = level_width(self.budget, k, not s.all_argmax, len(self.vocab))
+        w = level_width(self.budget, k, s.sampled, len(self.vocab))
         # 1. Feed the verified entries; the last one's logits score the root's children.
         tokens, feats, n = self._verified(context)                              # (B, T), (B, T, d), (B,)
         start = list(self.cache.lengths[:B])
@@ -68,7 +68,7 @@ class FeatureTreeProposer(FeatureHeadProposer):
         # 2. k levels of w nodes; each level after the first is one head forward.
         g = grow(self._full(root), step, k, w, base, s)
         # 3. Keep the budget's best nodes (auto: as many as pay), in node order.
-        return keep_best(g, kept_nodes(self.budget, g, not s.all_argmax, self.auto_size, time.perf_counter() - t0))[0]
+        return keep_best(g, kept_nodes(self.budget, g, s.sampled, self.auto_size, time.perf_counter() - t0))[0]
 
     def rollback(self, num_accepted):
         self.auto_size.observe(num_accepted)

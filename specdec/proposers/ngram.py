@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..batch import RowSlots
 from ..errors import ConfigError
-from .base import Proposer, Draft, move_row_state, register
+from .base import Proposer, Draft, register
 
 
 def match_lengths(buf: np.ndarray, max_n: int) -> np.ndarray:
@@ -104,7 +105,7 @@ class NgramProposer(Proposer):
         if not isinstance(min_n, int) or not isinstance(max_n, int) or not 1 <= min_n <= max_n:
             raise ConfigError(f"ngram needs integers 1 <= ngram_min <= ngram_max, got {min_n}, {max_n}")
         self.min_n, self.max_n, self.tree = min_n, max_n, tree
-        self.rows: dict[int, _RowBuffer] = {}
+        self.rows: RowSlots = RowSlots()             # row -> _RowBuffer
 
     def _buffer(self, row: int, seq) -> np.ndarray:
         rb = self.rows.get(row)
@@ -115,11 +116,8 @@ class NgramProposer(Proposer):
     def start(self, row, seq):
         self.rows.pop(row, None)
 
-    def move_row(self, src, dst):
-        move_row_state(self.rows, src, dst)
-
-    def finish(self, row):
-        self.rows.pop(row, None)
+    def row_state(self):
+        return [self.rows]
 
     def propose_row(self, row: int, seq, k: int) -> np.ndarray:
         """The (<= k,) tokens that followed the best match of this row's tail."""

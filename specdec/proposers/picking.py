@@ -38,7 +38,7 @@ class DraftRule:
         """first: each row's position that draft 1 fills (its number of tokens)."""
         s = self.sampling = sampling
         self.first = first
-        self.greedy = s.all_argmax and not s.any_coupled and not s.processed
+        self.greedy = s.fused_argmax
         self.uniforms = None if s.all_argmax else s.uniforms(k)                          # (B, k)
         self.temperature = s.temperature if s.temperature_only else None                 # (B,)
 

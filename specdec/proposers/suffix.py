@@ -34,8 +34,9 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..batch import RowSlots
 from ..errors import ConfigError
-from .base import Proposer, move_row_state, register
+from .base import Proposer, register
 from .ngram import pack
 
 
@@ -172,18 +173,15 @@ class SuffixProposer(Proposer):
         self.global_trie = SuffixTrie(depth)
         self.stored: OrderedDict[int, list[int]] = OrderedDict()   # request id -> output (LRU order)
         self.stored_tokens = 0
-        self.rows: dict[int, _Row] = {}
+        self.rows: RowSlots = RowSlots()                   # row -> _Row
         self.tree = tree                                   # a node budget: trees, not chains
 
     # ---- per-row index, kept in step with the sequence -------------------------------------
     def start(self, row, seq):
         self.rows[row] = _Row(seq, self.depth, len(seq.token_ids))
 
-    def move_row(self, src, dst):
-        move_row_state(self.rows, src, dst)
-
     def finish(self, row):
-        r = self.rows.pop(row, None)
+        r = self.rows.get(row)
         if r is not None and self.global_tokens > 0:
             self.remember(getattr(r.owner, "id", id(r.owner)), list(r.owner.token_ids[r.prompt_len:]))
 

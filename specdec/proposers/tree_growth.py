@@ -51,7 +51,7 @@ def grow(root_logits: torch.Tensor, step: Step, k: int, w: int, base: torch.Tens
     """root_logits (B, V): the drafter's scores after the pending token; base (B,): the cache
     slot of node 0 and the position of depth-1 nodes; k levels of w nodes, k - 1 forwards."""
     B, V, dev = *root_logits.shape, root_logits.device
-    sampled = not sampling.all_argmax
+    sampled = sampling.sampled
     temp = sampling.temperature.to(dev)[:, None] if sampled else None                    # (B, 1)
     qs = []
     if sampled:

@@ -94,6 +94,15 @@ class BatchSampling:
         # compiled draft loop samples
         self.temperature_only = (not self.any_argmax and self.top_k is None and self.top_p is None
                                  and not self.processed)
+        # the round's mode, derived here once for the engine, the proposers and the runner:
+        # some row is verified by rejection sampling (not argmax)
+        self.sampled = not self.all_argmax
+        # every row argmax on its raw logits (no coupled scores, no processing): the forwards
+        # compute the argmaxes themselves
+        self.fused_argmax = self.all_argmax and not self.any_coupled and not self.processed
+        # a token tree can be drafted (proposers/draft_tree.py): greedy rows, or temperature-only
+        # sampling without coupled rows
+        self.tree_ok = self.fused_argmax or (self.temperature_only and not self.any_coupled)
 
     def process(self, logits: torch.Tensor, positions=None, drafts=None, rows=None) -> torch.Tensor:
         """logits (B, T, V) -> the processed logits (the same tensor when no row processes).

@@ -6,9 +6,20 @@ import pytest
 import torch
 
 from specdec.config import SpecConfig
+from specdec.engine.policy import FixedK
+from specdec.engine.rows import RowTable
 from specdec.errors import ConfigError
 from specdec.proposers import create
 from specdec.proposers.ngram import NgramProposer, find_match
+
+
+class NoCache:
+    """A row table's target cache where only the proposer's state matters."""
+    def move_row(self, src, dst):
+        pass
+
+    def reset(self, row):
+        pass
 
 
 class Seq:
@@ -87,8 +98,9 @@ def test_buffers_follow_appends_moves_and_new_requests():
     b.token_ids += [7]
     d = p.propose([a, b], 2)
     assert d.tokens[0].tolist() == [3, 1] and d.tokens[1].tolist() == [8, 9]
-    p.finish(0)
-    p.move_row(1, 0)                                      # b now lives in row 0
+    rows = RowTable(NoCache(), p, FixedK(2), "cpu")
+    rows.free(0)
+    rows.move(1, 0)                                       # b now lives in row 0
     d = p.propose([b], 2)
     assert d.tokens[0].tolist() == [8, 9]
     c = Seq([4, 4])                                       # a new request in row 0, no start hook
