@@ -148,3 +148,12 @@ def test_generate_chat_on_the_gguf_file_says_how_its_weights_were_read(gguf_path
     [want] = plain_greedy(target, [hf_chat_ids(hf_tokenizer, [{"role": "user", "content": msg}])], 12)
     assert out["token_ids"] == want
     assert out["weights"]["stored"]["Q4_1"] > 0 and out["weights"]["how"] == "dequantized to float32 at load"
+
+
+def test_llm_chat_on_the_gguf_file_equals_plain_greedy(gguf_path, hf_tokenizer, target):
+    from specdec import LLM, SamplingParams
+    msgs = [{"role": "user", "content": "Name three colours."}]
+    llm = LLM(target=gguf_path, method="ngram", k=3, max_batch=1, max_model_len=512, threads=1)
+    [out] = llm.chat(msgs, SamplingParams(max_new_tokens=12))
+    [want] = plain_greedy(target, [hf_chat_ids(hf_tokenizer, msgs)], 12)
+    assert out.token_ids == want
