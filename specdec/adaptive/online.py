@@ -16,20 +16,23 @@ different k run at different moments: on a shared 2-core machine a median priced
 that fell in a busy spell at 20x their cost). A row b is priced:
 
 - k = 0 at r_0;
-- k >= 1, with two or more drafting k observed: on the Theil-Sen line through their offsets (one
-  slow round cannot bend it), raised to a k's own offset above it once that rests on RAISE_N
-  rounds (a kernel cliff), never lowered: an argmax is drawn to whatever is priced too low;
-- with one drafting k1 observed: k1 at r_1, any other k at the cheaper of the two extrapolations
+- k >= 1, with two or more drafting k confirmed: on the Theil-Sen line through their offsets,
+  raised to a k's own offset above it (a kernel cliff), never lowered: an argmax is drawn to
+  whatever is priced too low;
+- with one drafting k1 confirmed: k1 at r_1, any other k at the cheaper of the two extrapolations
   the evidence allows, min(r_1, r_1 * k / k1) (all overhead fixed, or all per draft);
-- a k without an observation at b: the other rows' offsets, linear in b between them and held
-  outside (as costs/rounds.py prices rows it has not measured); none at all: 0, the baseline
-  alone, which understates every round (the forwards are part of it).
+- a k not confirmed at b: the other rows' offsets, linear in b between them and held outside
+  (as costs/rounds.py prices rows it has not measured); none at all: 0, the baseline alone,
+  which understates every round (the forwards are part of it).
 
-So a price no round has confirmed is the lowest the evidence allows (optimism under
+A (b, k) is confirmed once CONFIRM_N rounds were recorded there; its fewer rounds so far cap its
+price at their own offset (they may lower a price, never raise it).
+
+So a price no rounds have confirmed is the lowest the evidence allows (optimism under
 uncertainty), and the policy re-evaluates a switch the next round: a k chosen on such a price
-runs one round (two, where the first carried a catch-up, which is not recorded) and is then
-priced by its own time. At most 2(k_max + 1) such rounds per key, mode and batch size, once
-per machine (docs/adaptive.md, the bound): what is learned is saved (`online-<hash>.json` beside the
+is recorded at most CONFIRM_N times before its own time prices it. At most
+CONFIRM_N * (k_max + 1) such recorded rounds per key, mode and batch size, once per machine
+(docs/adaptive.md, the bound): what is learned is saved (`online-<hash>.json` beside the
 measured tables, costs/cache.py, under the round tables' identity) after 16, 32, 64, ...
 observations of a key and mode, and every SAVE_EVERY after 1024, and read back by the next run.
 A measured round table (`specdec profile`) takes precedence: AdaptiveK asks this one only for
@@ -49,8 +52,9 @@ from ..costs.rounds import theil_sen
 WINDOW = 16       # round times kept per (b, k): their lower quartile ignores up to 12 slow rounds of a
                   # shared machine and follows a lasting change within 16 rounds at that k
 QUANTILE = 0.25   # the quantile of the window a k is priced at (the lower quartile: see above)
-RAISE_N = 3       # rounds at a k before its own price may raise it above the line: one slow round
-                  # must not price a k out for good (a k priced too high is not run again)
+CONFIRM_N = 3     # rounds at a (b, k) before their time prices it; fewer may lower its price, never
+                  # raise it: one or two slow rounds must not price a k out for good (a k priced
+                  # too high is not run again; one slow k = 2 round held a cold run at k = 1, 0.8x)
 SAVE_EVERY = 1024  # observations of a key and mode between saves once past the doubling schedule
 ONLINE_VERSION = 1  # how online tables are stored; other versions are ignored
 
@@ -135,22 +139,31 @@ class OnlineRounds:
         rows = sorted(t.priced)
         out = np.zeros(k_max + 1)
         for k in range(min(k_max, self.cost.k_max) + 1):
-            known = [(r, t.priced[r][k]) for r in rows if not np.isnan(t.priced[r][k])]
+            known = [(r, t.priced[r][0][k]) for r in rows if not np.isnan(t.priced[r][0][k])]
             if known:
                 out[k] = np.interp(b, [r for r, _ in known], [v for _, v in known])
+        if b in t.priced:
+            out = np.minimum(out, t.priced[b][1][:k_max + 1])
         return out
 
-    def _row(self, t: _Table, key: CostKey, b: int) -> np.ndarray:
-        """Row b's offsets at k = 0..k_max as priced (module doc); NaN where nothing is known."""
+    def _row(self, t: _Table, key: CostKey, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row b's offsets at k = 0..k_max as its confirmed k price them (module doc; NaN where
+        they price nothing), and the caps its unconfirmed k put on their own (inf: none)."""
         k_max = self.cost.k_max
         base = self.base(key, b)
-        low = {k: sorted(s)[int(QUANTILE * (len(s) - 1))] - base[k] for (bb, k), s in t.samples.items()
-               if bb == b and s}
-        n = {k: len(t.samples[(b, k)]) for k in low}
+        low, n = {}, {}
+        for (bb, k), s in t.samples.items():
+            if bb == b and s:
+                low[k], n[k] = sorted(s)[int(QUANTILE * (len(s) - 1))] - base[k], len(s)
+        sure = {k: r for k, r in low.items() if n[k] >= CONFIRM_N}
+        cap = np.full(k_max + 1, np.inf)
+        for k, r in low.items():
+            if k not in sure:
+                cap[k] = r
         out = np.full(k_max + 1, np.nan)
-        if 0 in low:
-            out[0] = low[0]
-        drafting = {k: r for k, r in low.items() if k >= 1}
+        if 0 in sure:
+            out[0] = sure[0]
+        drafting = {k: r for k, r in sure.items() if k >= 1}
         ks = np.arange(1, k_max + 1)
         if len(drafting) == 1:
             (k1, r1), = drafting.items()
@@ -160,6 +173,5 @@ class OnlineRounds:
             a, c = theil_sen(drafting)
             out[1:] = a + c * ks
             for k, r in drafting.items():
-                if n[k] >= RAISE_N and r > out[k]:
-                    out[k] = r
-        return out
+                out[k] = max(out[k], r)
+        return out, cap
