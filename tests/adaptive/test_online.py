@@ -205,3 +205,21 @@ def test_one_slow_round_lowers_nothing_and_raises_nothing_until_confirmed():
     assert after[2] == pytest.approx(3 * true_round(1, 2)) and after[1] == pytest.approx(before[1])
     online.record(DRAFT_KEY, False, 1, 3, 128.0, 0.5 * before[3])                 # a fast one caps at once
     assert online.prices(DRAFT_KEY, False, 1, K_MAX)[3] == pytest.approx(0.5 * before[3])
+
+
+def test_the_drafting_slope_comes_from_neighbouring_rounds_not_from_levels_apart_in_time():
+    """k = 1 run while the machine is slow, k = 4 once it is fast: their levels alone would price
+    drafting as nearly free (or dear); the slope comes from rounds at two k side by side, which
+    see one machine speed, so the prices keep the true overhead per draft."""
+    cm = synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX)
+    online = OnlineRounds(cm, persist=False)
+    for _ in range(WINDOW):
+        online.record(DRAFT_KEY, False, 1, 1, 128.0, 1.3 * true_round(1, 1))     # a slow spell
+    for k in (2, 4, 2, 4, 2, 4):                                                 # a few switches
+        online.record(DRAFT_KEY, False, 1, k, 128.0, true_round(1, k))
+    for _ in range(WINDOW):
+        online.record(DRAFT_KEY, False, 1, 4, 128.0, true_round(1, 4))
+    p = online.prices(DRAFT_KEY, False, 1, K_MAX)
+    truth = [true_round(1, k) for k in range(K_MAX + 1)]
+    assert p[4] - p[1] == pytest.approx(truth[4] - truth[1], rel=1e-6)
+    assert p[8] - p[4] == pytest.approx(truth[8] - truth[4], rel=1e-6)
