@@ -11,34 +11,34 @@ drafting rounds' forwards (a few sparse, briefly timed forwards: one noisy point
 its k out). A round's offset is its time, moved to the reference cache length along the
 forwards' slope in L, less the baseline. Per proposer key, sampling mode and batch size b:
 
-- each k keeps the offsets of its last WINDOW rounds; its level is their lower quartile
-  (another process only ever adds time);
+- each k keeps the offsets of its last WINDOW rounds, and levels are read at their lower
+  quartile (another process only ever adds time);
 - the drafting slope (offset per draft) is learnt from pairs of rounds at two drafting k at most
   PAIR_GAP recorded rounds apart: the median of their last WINDOW differences per draft. Rounds
   at one k and at another minutes later see other machine speeds and cache lengths (a slope
-  read from the two levels came out 3x the measured table's, and held a cold run at k = 1-2
+  read from per-k levels came out 3x the measured table's, and held a cold run at k = 1-2
   where k = 3-4 was faster); neighbouring rounds see the same.
 
 A row b is priced:
 
-- k = 0 at its level;
-- k >= 1, once CONFIRM_N pairs gave a slope c: the line with slope c through the confirmed
-  drafting k's levels (its intercept the median of level_k - c k);
-- before, the confirmed drafting k at their levels, and any other k at the cheaper of the two
-  extrapolations the most played one (k1, at r1) allows, min(r1, r1 * k / k1) (all overhead
-  fixed, or all per draft);
+- k = 0 at its level, once CONFIRM_N of its rounds were recorded;
+- k >= 1, once CONFIRM_N drafting rounds and CONFIRM_N pairs were recorded: the line with the
+  pairs' slope c, at the level of all drafting offsets less c k (every drafting round informs
+  the level, the pairs only the slope);
+- with drafting rounds but fewer pairs: the cheaper of the two readings of their level r1 (as
+  if all at the most played k1): min(r1, r1 * k / k1) (all overhead fixed, or all per draft);
 - a k not priced at b: the other rows' offsets, linear in b between them and held outside (as
   costs/rounds.py prices rows it has not measured); none at all: 0, the baseline alone, which
   understates every round (the forwards are part of it).
 
-A (b, k) is confirmed once CONFIRM_N of its rounds were recorded; fewer cap its price at their
-own level: they may lower a price, never raise it.
+A k with fewer than CONFIRM_N rounds at b is capped at their own level: they may lower its
+price, never raise it (one slow round must not price a k out for good).
 
 So a price no rounds have confirmed is the lowest the evidence allows (optimism under
-uncertainty), and the policy re-evaluates a switch the next round: a k chosen on such a price
-is recorded at most CONFIRM_N times before it is confirmed, and a switch to it from a drafting
-round is a pair. At most CONFIRM_N * (k_max + 1) such recorded rounds per key, mode and batch
-size, once per machine (docs/adaptive.md, the bound): what is learned is saved
+uncertainty), and the policy re-evaluates a switch the next round. A k chosen on an unconfirmed
+price is recorded at most CONFIRM_N times before its own rounds confirm it, and then the row's
+line prices it: at most CONFIRM_N * (k_max + 1) such recorded rounds per key, mode and batch
+size, once per machine (docs/adaptive.md, the bound). What is learned is saved
 (`online-<hash>.json` beside the measured tables, costs/cache.py, under the round tables'
 identity) after 16, 32, 64, ... observations of a key and mode, and every SAVE_EVERY after 1024,
 and read back by the next run. A measured round table (`specdec profile`) takes precedence:
@@ -167,31 +167,31 @@ class OnlineRounds:
         return out
 
     def _row(self, t: _Table, key: CostKey, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """Row b's offsets at k = 0..k_max as its confirmed rounds price them (module doc; NaN
-        where they price nothing), and the caps its unconfirmed k put on their own (inf: none)."""
+        """Row b's offsets at k = 0..k_max as its rounds price them (module doc; NaN where they
+        price nothing), and the caps its unconfirmed k put on their own (inf: none)."""
         k_max = self.cost.k_max
-        level, n = {}, {}
-        for (bb, k), s in t.samples.items():
-            if bb == b and s:
-                level[k], n[k] = sorted(s)[int(QUANTILE * (len(s) - 1))], len(s)
-        sure = {k: r for k, r in level.items() if n[k] >= CONFIRM_N}
-        cap = np.full(k_max + 1, np.inf)
-        for k, r in level.items():
-            if k not in sure:
-                cap[k] = r
-        out = np.full(k_max + 1, np.nan)
-        if 0 in sure:
-            out[0] = sure[0]
-        drafting = {k: r for k, r in sure.items() if k >= 1}
+        rounds = {k: list(s) for (bb, k), s in t.samples.items() if bb == b and s}
+        out, cap = np.full(k_max + 1, np.nan), np.full(k_max + 1, np.inf)
+        for k, rs in rounds.items():
+            if len(rs) < CONFIRM_N:
+                cap[k] = _low(rs)
+        if len(rounds.get(0, ())) >= CONFIRM_N:
+            out[0] = _low(rounds[0])
+        drafting = [(k, r) for k, rs in rounds.items() if k >= 1 for r in rs]
+        if len(drafting) < CONFIRM_N:
+            return out, cap
         ks = np.arange(1, k_max + 1)
         slopes = t.slopes.get(b, ())
-        if drafting and len(slopes) >= CONFIRM_N:
+        if len(slopes) >= CONFIRM_N:
             c = statistics.median(slopes)
-            out[1:] = statistics.median(r - c * k for k, r in drafting.items()) + c * ks
-        elif drafting:
-            k1 = max(drafting, key=lambda k: (n[k], -k))
-            r1 = drafting[k1]
+            out[1:] = _low([r - c * k for k, r in drafting]) + c * ks
+        else:                                   # the cheaper reading of one level
+            k1 = max((k for k in rounds if k >= 1), key=lambda k: (len(rounds[k]), -k))
+            r1 = _low([r for _k, r in drafting])
             out[1:] = np.minimum(r1, r1 * ks / k1)
-            for k, r in drafting.items():
-                out[k] = r
         return out, cap
+
+
+def _low(xs: list[float]) -> float:
+    """The QUANTILE (lower quartile) of xs."""
+    return sorted(xs)[int(QUANTILE * (len(xs) - 1))]
