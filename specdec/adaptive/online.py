@@ -8,35 +8,45 @@ A real round costs its forwards (the cost model, here the cold start's prior: co
 plus what they leave out: Python, sampling, verification, a proposer without a model. The
 forwards enter as a baseline: plain decoding's, and for k >= 1 the Theil-Sen line through the
 drafting rounds' forwards (a few sparse, briefly timed forwards: one noisy point must not price
-its k out). Per
-proposer key, sampling mode and batch size b, each k keeps the times of its last WINDOW rounds,
-moved to the reference cache length along the forwards' slope in L; its offset r_k is their
-lower quartile less the baseline (another process on the cores only ever adds time, and
-different k run at different moments: on a shared 2-core machine a median priced plain rounds
-that fell in a busy spell at 20x their cost). A row b is priced:
+its k out). A round's offset is its time, moved to the reference cache length along the
+forwards' slope in L, less the baseline. Per proposer key, sampling mode and batch size b:
 
-- k = 0 at r_0;
-- k >= 1, with two or more drafting k observed: on the Theil-Sen line through their offsets (one
-  slow round cannot bend it), raised to a k's own offset above it once that rests on RAISE_N
-  rounds (a kernel cliff), never lowered: an argmax is drawn to whatever is priced too low;
-- with one drafting k1 observed: k1 at r_1, any other k at the cheaper of the two extrapolations
-  the evidence allows, min(r_1, r_1 * k / k1) (all overhead fixed, or all per draft);
-- a k without an observation at b: the other rows' offsets, linear in b between them and held
-  outside (as costs/rounds.py prices rows it has not measured); none at all: 0, the baseline
-  alone, which understates every round (the forwards are part of it).
+- each k keeps the offsets of its last WINDOW rounds, and levels are read at their lower
+  quartile (another process only ever adds time);
+- the drafting slope (offset per draft) is learnt from pairs of rounds at two drafting k at most
+  PAIR_GAP recorded rounds apart: the median of their last WINDOW differences per draft. Rounds
+  at one k and at another minutes later see other machine speeds and cache lengths (a slope
+  read from per-k levels came out 3x the measured table's, and held a cold run at k = 1-2
+  where k = 3-4 was faster); neighbouring rounds see the same.
 
-So a price no round has confirmed is the lowest the evidence allows (optimism under
-uncertainty), and the policy re-evaluates a switch the next round: a k chosen on such a price
-runs one round (two, where the first carried a catch-up, which is not recorded) and is then
-priced by its own time. At most 2(k_max + 1) such rounds per key, mode and batch size, once
-per machine (docs/adaptive.md, the bound): what is learned is saved (`online-<hash>.json` beside the
-measured tables, costs/cache.py, under the round tables' identity) after 16, 32, 64, ...
-observations of a key and mode, and every SAVE_EVERY after 1024, and read back by the next run.
-A measured round table (`specdec profile`) takes precedence: AdaptiveK asks this one only for
-keys and modes without one.
+A row b is priced:
+
+- k = 0 at its level, once CONFIRM_N of its rounds were recorded;
+- k >= 1, once CONFIRM_N drafting rounds and CONFIRM_N pairs were recorded: the line with the
+  pairs' slope c, at the level of all drafting offsets less c k (every drafting round informs
+  the level, the pairs only the slope);
+- with drafting rounds but fewer pairs: the cheaper of the two readings of their level r1 (as
+  if all at the most played k1): min(r1, r1 * k / k1) (all overhead fixed, or all per draft);
+- a k not priced at b: the other rows' offsets, linear in b between them and held outside (as
+  costs/rounds.py prices rows it has not measured); none at all: 0, the baseline alone, which
+  understates every round (the forwards are part of it).
+
+A k with fewer than CONFIRM_N rounds at b is capped at their own level: they may lower its
+price, never raise it (one slow round must not price a k out for good).
+
+So a price no rounds have confirmed is the lowest the evidence allows (optimism under
+uncertainty), and the policy re-evaluates a switch the next round. A k chosen on an unconfirmed
+price is recorded at most CONFIRM_N times before its own rounds confirm it, and then the row's
+line prices it: at most CONFIRM_N * (k_max + 1) such recorded rounds per key, mode and batch
+size, once per machine (docs/adaptive.md, the bound). What is learned is saved
+(`online-<hash>.json` beside the measured tables, costs/cache.py, under the round tables'
+identity) after 16, 32, 64, ... observations of a key and mode, and every SAVE_EVERY after 1024,
+and read back by the next run. A measured round table (`specdec profile`) takes precedence:
+AdaptiveK asks this one only for keys and modes without one.
 """
 from __future__ import annotations
 
+import statistics
 from collections import deque
 
 import numpy as np
@@ -46,23 +56,29 @@ from ..costs.cost_model import CostModel
 from ..costs.key import CostKey
 from ..costs.rounds import theil_sen
 
-WINDOW = 16       # round times kept per (b, k): their lower quartile ignores up to 12 slow rounds of a
-                  # shared machine and follows a lasting change within 16 rounds at that k
-QUANTILE = 0.25   # the quantile of the window a k is priced at (the lower quartile: see above)
-RAISE_N = 3       # rounds at a k before its own price may raise it above the line: one slow round
-                  # must not price a k out for good (a k priced too high is not run again)
+WINDOW = 16       # offsets kept per (b, k), and pair slopes per b: their lower quartile (median)
+                  # ignores up to 12 (8) slow ones and follows a lasting change within 16
+QUANTILE = 0.25   # the quantile of a k's window its level is read at (the lower quartile: see above)
+CONFIRM_N = 3     # rounds at a (b, k), or pairs at b, before they price it; fewer rounds may lower
+                  # a price, never raise it: one slow round must not price a k out for good (a k
+                  # priced too high is not run again; one slow k = 2 round held a cold run at k = 1)
+PAIR_GAP = 2      # recorded rounds between the two of a pair, at most: the machine's speed and the
+                  # cache length drift little over two rounds
 SAVE_EVERY = 1024  # observations of a key and mode between saves once past the doubling schedule
-ONLINE_VERSION = 1  # how online tables are stored; other versions are ignored
+ONLINE_VERSION = 2  # how online tables are stored; other versions are ignored
 
 
 class _Table:
-    """One key and mode: round times per (b, k), and the priced offsets per row b."""
+    """One key and mode: offsets per (b, k), pair slopes per b, and the priced rows."""
 
     def __init__(self, ident: dict):
-        self.ident, self.samples, self.n = ident, {}, 0     # (b, k) -> deque of seconds at l_ref
-        self.priced: dict[int, np.ndarray] = {}              # b -> offsets, NaN where unpriced
+        self.ident, self.n = ident, 0
+        self.samples: dict[tuple[int, int], deque] = {}      # (b, k) -> recent offsets (s)
+        self.slopes: dict[int, deque] = {}                     # b -> recent pair slopes (s per draft)
+        self.last: dict[int, tuple[int, int, float]] = {}      # b -> (record no., k, offset) of the last
+        self.priced: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # b -> (offsets or NaN, caps or inf)
         self.dirty: set[int] = set()
-        self.version = 0                                     # bumped by every record
+        self.version = 0                                       # bumped by every record
 
 
 class OnlineRounds:
@@ -77,10 +93,12 @@ class OnlineRounds:
         """The table of `key` and mode, read from the cache on first use."""
         if (key, sampled) not in self.tables:
             t = self.tables[(key, sampled)] = _Table(self.cost.rounds_identity(key, sampled, ONLINE_VERSION))
-            d = cache.load(t.ident, "online-") if self.persist else None
-            for b, k, times in (d or {}).get("samples", []):
-                t.samples[(int(b), int(k))] = deque(map(float, times), maxlen=WINDOW)
+            d = (cache.load(t.ident, "online-") if self.persist else None) or {}
+            for b, k, offsets in d.get("samples", []):
+                t.samples[(int(b), int(k))] = deque(map(float, offsets), maxlen=WINDOW)
                 t.dirty.add(int(b))
+            for b, slopes in d.get("slopes", []):
+                t.slopes[int(b)] = deque(map(float, slopes), maxlen=WINDOW)
         return self.tables[(key, sampled)]
 
     def version(self, key: CostKey, sampled: bool) -> int:
@@ -109,9 +127,15 @@ class OnlineRounds:
         if not 0 <= k <= k_max or b < 1:
             return
         slope = self.cost.curve(key, b, k_max, None)[1][k]
-        t.samples.setdefault((b, k), deque(maxlen=WINDOW)).append(dt - slope * (L - self.cost.target.l_ref))
-        t.dirty.add(b)
+        r = dt - slope * (L - self.cost.target.l_ref) - self.base(key, b)[k]
+        t.samples.setdefault((b, k), deque(maxlen=WINDOW)).append(r)
         t.n += 1
+        if k >= 1:
+            n0, k0, r0 = t.last.get(b, (-PAIR_GAP - 1, 0, 0.0))
+            if k0 >= 1 and k0 != k and t.n - n0 <= PAIR_GAP:
+                t.slopes.setdefault(b, deque(maxlen=WINDOW)).append((r - r0) / (k - k0))
+            t.last[b] = (t.n, k, r)
+        t.dirty.add(b)
         t.version += 1
         if self.persist and ((t.n >= 16 and t.n & (t.n - 1) == 0) or t.n % SAVE_EVERY == 0):
             self.save(key, sampled)
@@ -119,8 +143,8 @@ class OnlineRounds:
     def save(self, key: CostKey, sampled: bool) -> None:
         """Write the table of `key` and mode to the cache (its recent rounds, as recorded)."""
         t = self.table(key, sampled)
-        cache.save(t.ident, {"samples": [[b, k, list(s)] for (b, k), s in sorted(t.samples.items())]}, False,
-                   "online-")
+        cache.save(t.ident, {"samples": [[b, k, list(s)] for (b, k), s in sorted(t.samples.items())],
+                             "slopes": [[b, list(s)] for b, s in sorted(t.slopes.items())]}, False, "online-")
 
     def observed(self, key: CostKey, sampled: bool, b: int) -> list[int]:
         """The k observed at batch size b."""
@@ -135,31 +159,39 @@ class OnlineRounds:
         rows = sorted(t.priced)
         out = np.zeros(k_max + 1)
         for k in range(min(k_max, self.cost.k_max) + 1):
-            known = [(r, t.priced[r][k]) for r in rows if not np.isnan(t.priced[r][k])]
+            known = [(r, t.priced[r][0][k]) for r in rows if not np.isnan(t.priced[r][0][k])]
             if known:
                 out[k] = np.interp(b, [r for r, _ in known], [v for _, v in known])
+        if b in t.priced:
+            out = np.minimum(out, t.priced[b][1][:k_max + 1])
         return out
 
-    def _row(self, t: _Table, key: CostKey, b: int) -> np.ndarray:
-        """Row b's offsets at k = 0..k_max as priced (module doc); NaN where nothing is known."""
+    def _row(self, t: _Table, key: CostKey, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row b's offsets at k = 0..k_max as its rounds price them (module doc; NaN where they
+        price nothing), and the caps its unconfirmed k put on their own (inf: none)."""
         k_max = self.cost.k_max
-        base = self.base(key, b)
-        low = {k: sorted(s)[int(QUANTILE * (len(s) - 1))] - base[k] for (bb, k), s in t.samples.items()
-               if bb == b and s}
-        n = {k: len(t.samples[(b, k)]) for k in low}
-        out = np.full(k_max + 1, np.nan)
-        if 0 in low:
-            out[0] = low[0]
-        drafting = {k: r for k, r in low.items() if k >= 1}
+        rounds = {k: list(s) for (bb, k), s in t.samples.items() if bb == b and s}
+        out, cap = np.full(k_max + 1, np.nan), np.full(k_max + 1, np.inf)
+        for k, rs in rounds.items():
+            if len(rs) < CONFIRM_N:
+                cap[k] = _low(rs)
+        if len(rounds.get(0, ())) >= CONFIRM_N:
+            out[0] = _low(rounds[0])
+        drafting = [(k, r) for k, rs in rounds.items() if k >= 1 for r in rs]
+        if len(drafting) < CONFIRM_N:
+            return out, cap
         ks = np.arange(1, k_max + 1)
-        if len(drafting) == 1:
-            (k1, r1), = drafting.items()
+        slopes = t.slopes.get(b, ())
+        if len(slopes) >= CONFIRM_N:
+            c = statistics.median(slopes)
+            out[1:] = _low([r - c * k for k, r in drafting]) + c * ks
+        else:                                   # the cheaper reading of one level
+            k1 = max((k for k in rounds if k >= 1), key=lambda k: (len(rounds[k]), -k))
+            r1 = _low([r for _k, r in drafting])
             out[1:] = np.minimum(r1, r1 * ks / k1)
-            out[k1] = r1
-        elif drafting:
-            a, c = theil_sen(drafting)
-            out[1:] = a + c * ks
-            for k, r in drafting.items():
-                if n[k] >= RAISE_N and r > out[k]:
-                    out[k] = r
-        return out
+        return out, cap
+
+
+def _low(xs: list[float]) -> float:
+    """The QUANTILE (lower quartile) of xs."""
+    return sorted(xs)[int(QUANTILE * (len(xs) - 1))]

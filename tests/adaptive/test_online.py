@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from specdec.adaptive.online import WINDOW, OnlineRounds
+from specdec.adaptive.online import CONFIRM_N, WINDOW, OnlineRounds
 from specdec.adaptive.policy import AdaptiveK
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
@@ -52,11 +52,13 @@ def cold_policy(n=4, max_new=1000):
 
 def drive(pol, batch, alpha, steps, noise=None):
     """Rounds at per-position acceptance alpha (as beta) costing true_round (times `noise(i)`);
-    -> the k chosen and whether each was chosen before any round at that k was observed."""
+    -> the k chosen and whether each was chosen on a price not yet confirmed (fewer than
+    CONFIRM_N rounds at that k)."""
     ks, unseen = [], []
     for i in range(steps):
         k = pol.choose(batch)
-        unseen.append(pol.online is not None and k not in pol.online.observed(DRAFT_KEY, False, len(batch)))
+        table = pol.online.table(DRAFT_KEY, False).samples if pol.online is not None else None
+        unseen.append(table is not None and len(table.get((len(batch), k), ())) < CONFIRM_N)
         dt = true_round(len(batch), k) * (noise(i) if noise else 1.0)
         observe(pol, batch, k, [k] * len(batch), [int(alpha > 0.5) * k] * len(batch), dt,
                 accept_prob=[[alpha] * k] * len(batch))
@@ -86,8 +88,8 @@ def test_the_online_table_converges_to_the_measured_one():
 @pytest.mark.parametrize("alpha", [0.3, 0.7, 0.9])
 def test_a_cold_policy_ends_where_the_measured_one_is_and_explores_boundedly(alpha):
     """Driven by rounds that cost what they cost, the cold policy settles on the k the measured
-    table gives from the start; the rounds it ran at a k not yet observed at that batch size
-    number at most k_max + 1 (docs/adaptive.md, the exploration bound)."""
+    table gives from the start; the rounds it ran at a k whose price no rounds had confirmed
+    number at most CONFIRM_N (k_max + 1) (docs/adaptive.md, the exploration bound)."""
     cold, batch = cold_policy()
     ks, unseen = drive(cold, batch, alpha, 200)
     warm = AdaptiveK(K_MAX, FakeDraft(), measured_model())
@@ -95,7 +97,7 @@ def test_a_cold_policy_ends_where_the_measured_one_is_and_explores_boundedly(alp
         warm.start(row, seq)
     ref, _ = drive(warm, batch, alpha, 200)
     assert ks[-50:] == ref[-50:], (ks, ref)
-    assert sum(unseen) <= K_MAX + 1
+    assert sum(unseen) <= CONFIRM_N * (K_MAX + 1)
 
 
 def test_a_cold_policy_chooses_only_from_the_rounds_it_observed(monkeypatch):
@@ -185,3 +187,36 @@ def test_one_slow_forward_in_the_prior_does_not_price_its_k_out():
     clean = OnlineRounds(synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX), persist=False)
     noisy = OnlineRounds(synthetic_cost_model(spiky, DRAFT, k_max=K_MAX), persist=False)
     np.testing.assert_allclose(noisy.prices(DRAFT_KEY, False, 1, K_MAX), clean.prices(DRAFT_KEY, False, 1, K_MAX))
+
+
+def test_a_few_rounds_may_lower_a_price_never_raise_it():
+    """Fewer than CONFIRM_N rounds at a k cap its price at their level (lower it), never raise it:
+    one slow round at k = 2 leaves the prices as they were; one fast round at k = 3 lowers k = 3."""
+    cm = synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX)
+    online = OnlineRounds(cm, persist=False)
+    for _ in range(5):
+        online.record(DRAFT_KEY, False, 1, 1, 128.0, true_round(1, 1))
+    before = online.prices(DRAFT_KEY, False, 1, K_MAX)
+    online.record(DRAFT_KEY, False, 1, 2, 128.0, 3 * true_round(1, 2))           # a slow spell
+    np.testing.assert_allclose(online.prices(DRAFT_KEY, False, 1, K_MAX), before)
+    online.record(DRAFT_KEY, False, 1, 3, 128.0, 0.5 * before[3])               # a fast one caps at once
+    after = online.prices(DRAFT_KEY, False, 1, K_MAX)
+    assert after[3] == pytest.approx(0.5 * before[3]) and after[1] == pytest.approx(before[1])
+
+
+def test_the_drafting_slope_comes_from_neighbouring_rounds_not_from_levels_apart_in_time():
+    """k = 1 run while the machine is slow, k = 4 once it is fast: their levels alone would price
+    drafting as nearly free (or dear); the slope comes from rounds at two k side by side, which
+    see one machine speed, so the prices keep the true overhead per draft."""
+    cm = synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX)
+    online = OnlineRounds(cm, persist=False)
+    for _ in range(WINDOW):
+        online.record(DRAFT_KEY, False, 1, 1, 128.0, 1.3 * true_round(1, 1))     # a slow spell
+    for k in (2, 4, 2, 4, 2, 4):                                                 # a few switches
+        online.record(DRAFT_KEY, False, 1, k, 128.0, true_round(1, k))
+    for _ in range(WINDOW):
+        online.record(DRAFT_KEY, False, 1, 4, 128.0, true_round(1, 4))
+    p = online.prices(DRAFT_KEY, False, 1, K_MAX)
+    truth = [true_round(1, k) for k in range(K_MAX + 1)]
+    assert p[4] - p[1] == pytest.approx(truth[4] - truth[1], rel=1e-6)
+    assert p[8] - p[4] == pytest.approx(truth[8] - truth[4], rel=1e-6)
