@@ -22,11 +22,16 @@ forwards' slope in L, less the baseline. Per proposer key, sampling mode and bat
 A row b is priced:
 
 - k = 0 at its level, once CONFIRM_N of its rounds were recorded;
-- k >= 1, once CONFIRM_N drafting rounds and CONFIRM_N pairs were recorded: the line with the
-  pairs' slope c, at the level of all drafting offsets less c k (every drafting round informs
-  the level, the pairs only the slope);
-- with drafting rounds but fewer pairs: the cheaper of the two readings of their level r1 (as
-  if all at the most played k1): min(r1, r1 * k / k1) (all overhead fixed, or all per draft);
+- k >= 1, once CONFIRM_N drafting rounds were recorded: a line at the level of all drafting
+  offsets less c k (every drafting round informs the level), with c the pairs' slope once
+  CONFIRM_N pairs were recorded;
+- with fewer pairs: the slope of the Theil-Sen line through the confirmed drafting k's levels,
+  while there are two (a policy that settles on one k makes no more pairs: the levels are what
+  moves it off a k that a fixed overhead favours), else 0: every k at their level, as a fixed
+  overhead per round (the forwards already grow with k). For k above those played that is the
+  cheapest reading of the evidence; below them, reading the overhead as per draft would be
+  cheaper still, but it sent cold runs down through k = 3, 2, 1 in turn, each probe a round of
+  rejections that the acceptance estimates then held against drafting at all (14 plain rounds);
 - a k not priced at b: the other rows' offsets, linear in b between them and held outside (as
   costs/rounds.py prices rows it has not measured); none at all: 0, the baseline alone, which
   understates every round (the forwards are part of it).
@@ -180,15 +185,15 @@ class OnlineRounds:
         drafting = [(k, r) for k, rs in rounds.items() if k >= 1 for r in rs]
         if len(drafting) < CONFIRM_N:
             return out, cap
-        ks = np.arange(1, k_max + 1)
         slopes = t.slopes.get(b, ())
+        levels = {k: _low(rs) for k, rs in rounds.items() if k >= 1 and len(rs) >= CONFIRM_N}
         if len(slopes) >= CONFIRM_N:
             c = statistics.median(slopes)
-            out[1:] = _low([r - c * k for k, r in drafting]) + c * ks
-        else:                                   # the cheaper reading of one level
-            k1 = max((k for k in rounds if k >= 1), key=lambda k: (len(rounds[k]), -k))
-            r1 = _low([r for _k, r in drafting])
-            out[1:] = np.minimum(r1, r1 * ks / k1)
+        elif len(levels) >= 2:                  # until pairs tell: the line through the levels
+            c = theil_sen(levels)[1]
+        else:                                   # one level: a fixed overhead per round
+            c = 0.0
+        out[1:] = _low([r - c * k for k, r in drafting]) + c * np.arange(1, k_max + 1)
         return out, cap
 
 
