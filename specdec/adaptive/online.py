@@ -5,49 +5,33 @@
     online.prices(key, sampled, b, k_max)           # (k_max + 1,) seconds of a round at l_ref
 
 A real round costs its forwards (the cost model, here the cold start's prior: costs/prior.py)
-plus what they leave out: Python, sampling, verification, a proposer without a model. The
-forwards enter as a baseline: plain decoding's, and for k >= 1 the Theil-Sen line through the
-drafting rounds' forwards (a few sparse, briefly timed forwards: one noisy point must not price
-its k out). A round's offset is its time, moved to the reference cache length along the
-forwards' slope in L, less the baseline. Per proposer key, sampling mode and batch size b:
-
-- each k keeps the offsets of its last WINDOW rounds, and levels are read at their lower
-  quartile (another process only ever adds time);
-- the drafting slope (offset per draft) is learnt from pairs of rounds at two drafting k at most
-  PAIR_GAP recorded rounds apart: the median of their last WINDOW differences per draft. Rounds
-  at one k and at another minutes later see other machine speeds and cache lengths (a slope
-  read from per-k levels came out 3x the measured table's, and held a cold run at k = 1-2
-  where k = 3-4 was faster); neighbouring rounds see the same.
-
-A row b is priced:
+plus what they leave out: Python, sampling, verification, a proposer without a model. A round's
+offset is its time, moved to the reference cache length along the forwards' slope in L, less a
+baseline: plain decoding's forward, and for k >= 1 the Theil-Sen line through the drafting
+rounds' forwards (one noisy, briefly timed forward must not price its k out). Per proposer key,
+sampling mode and batch size b, each k keeps its last WINDOW offsets, read at their lower
+quartile (another process only ever adds time), and a row is priced:
 
 - k = 0 at its level, once CONFIRM_N of its rounds were recorded;
-- k >= 1, once CONFIRM_N drafting rounds were recorded: a line at the level of all drafting
-  offsets less c k (every drafting round informs the level), with c the pairs' slope once
-  CONFIRM_N pairs were recorded;
-- with fewer pairs: the slope of the Theil-Sen line through the confirmed drafting k's levels,
-  while there are two (a policy that settles on one k makes no more pairs: the levels are what
-  moves it off a k that a fixed overhead favours), else 0: every k at their level, as a fixed
-  overhead per round (the forwards already grow with k). For k above those played that is the
-  cheapest reading of the evidence; below them, reading the overhead as per draft would be
-  cheaper still, but it sent cold runs down through k = 3, 2, 1 in turn, each probe a round of
-  rejections that the acceptance estimates then held against drafting at all (14 plain rounds);
+- k >= 1, once CONFIRM_N drafting rounds were recorded, on one line: its level the lower
+  quartile of every drafting offset less c k; its slope c the median of the last WINDOW pairs
+  (two rounds at two drafting k at most PAIR_GAP recorded rounds apart: they see one machine
+  speed and cache length, which rounds at one k and another minutes later do not), once there
+  are CONFIRM_N; before, the Theil-Sen slope through the levels of the k with CONFIRM_N rounds
+  each, while there are two; before that, 0 (an overhead fixed per round);
 - a k not priced at b: the other rows' offsets, linear in b between them and held outside (as
-  costs/rounds.py prices rows it has not measured); none at all: 0, the baseline alone, which
-  understates every round (the forwards are part of it).
+  costs/rounds.py prices rows it has not measured); none at all: 0, the baseline alone.
 
 A k with fewer than CONFIRM_N rounds at b is capped at their own level: they may lower its
-price, never raise it (one slow round must not price a k out for good).
-
-So a price no rounds have confirmed is the lowest the evidence allows (optimism under
-uncertainty), and the policy re-evaluates a switch the next round. A k chosen on an unconfirmed
-price is recorded at most CONFIRM_N times before its own rounds confirm it, and then the row's
-line prices it: at most CONFIRM_N * (k_max + 1) such recorded rounds per key, mode and batch
-size, once per machine (docs/adaptive.md, the bound). What is learned is saved
-(`online-<hash>.json` beside the measured tables, costs/cache.py, under the round tables'
-identity) after 16, 32, 64, ... observations of a key and mode, and every SAVE_EVERY after 1024,
-and read back by the next run. A measured round table (`specdec profile`) takes precedence:
-AdaptiveK asks this one only for keys and modes without one.
+price, never raise it. Until a row has rounds, every k costs its baseline, which every round
+exceeds, and one level read as a fixed overhead prices the k above those played at the least
+the evidence allows: optimism where the policy has not looked, at a bounded cost (at most
+CONFIRM_N * (k_max + 1) recorded rounds at a k with fewer than CONFIRM_N, per key, mode and
+batch size; docs/adaptive.md, *The cold start*, has the reasons and the bound). What is learned
+is saved (`online-<hash>.json` beside the measured tables, costs/cache.py, under the round
+tables' identity) after 16, 32, 64, ... observations of a key and mode and every SAVE_EVERY
+after 1024, and read back by the next run. A measured round table (`specdec profile`) takes
+precedence: AdaptiveK asks this one only for keys and modes without one.
 """
 from __future__ import annotations
 
