@@ -14,11 +14,11 @@ quartile (another process only ever adds time), and a row is priced:
 
 - k = 0 at its level, once CONFIRM_N of its rounds were recorded;
 - k >= 1, once CONFIRM_N drafting rounds were recorded, on one line: its level the lower
-  quartile of every drafting offset less c k; its slope c the median of the last WINDOW pairs
-  (two rounds at two drafting k at most PAIR_GAP recorded rounds apart: they see one machine
-  speed and cache length, which rounds at one k and another minutes later do not), once there
-  are CONFIRM_N; before, the Theil-Sen slope through the levels of the k with CONFIRM_N rounds
-  each, while there are two; before that, 0 (an overhead fixed per round);
+  quartile of every drafting offset less c k; its slope over the baseline's, c, the median of
+  the last WINDOW pairs once there are WINDOW of them (two rounds at two drafting k at most
+  PAIR_GAP recorded rounds apart: they see one machine speed and cache length, which rounds at
+  one k and another minutes later do not), else 0: the baseline's slope, an overhead fixed per
+  round;
 - a k not priced at b: the other rows' offsets, linear in b between them and held outside (as
   costs/rounds.py prices rows it has not measured); none at all: 0, the baseline alone.
 
@@ -46,9 +46,12 @@ from ..costs.key import CostKey
 from ..costs.rounds import theil_sen
 
 WINDOW = 16       # offsets kept per (b, k), and pair slopes per b: their lower quartile (median)
-                  # ignores up to 12 (8) slow ones and follows a lasting change within 16
+                  # ignores up to 12 (8) slow ones and follows a lasting change within 16; and the
+                  # pairs needed before their slope replaces the baseline's: one pair (two single
+                  # rounds) is as noisy as the slope is large (about 0.15 ms a draft on the bundled
+                  # pair at batch 1), and 3 or 4 pairs held cold runs at k = 1 where k = 4 paid
 QUANTILE = 0.25   # the quantile of a k's window its level is read at (the lower quartile: see above)
-CONFIRM_N = 3     # rounds at a (b, k), or pairs at b, before they price it; fewer rounds may lower
+CONFIRM_N = 3     # rounds at a (b, k), or drafting rounds at b, before they price it; fewer may lower
                   # a price, never raise it: one slow round must not price a k out for good (a k
                   # priced too high is not run again; one slow k = 2 round held a cold run at k = 1)
 PAIR_GAP = 2      # recorded rounds between the two of a pair, at most: the machine's speed and the
@@ -170,13 +173,7 @@ class OnlineRounds:
         if len(drafting) < CONFIRM_N:
             return out, cap
         slopes = t.slopes.get(b, ())
-        levels = {k: _low(rs) for k, rs in rounds.items() if k >= 1 and len(rs) >= CONFIRM_N}
-        if len(slopes) >= CONFIRM_N:
-            c = statistics.median(slopes)
-        elif len(levels) >= 2:                  # until pairs tell: the line through the levels
-            c = theil_sen(levels)[1]
-        else:                                   # one level: a fixed overhead per round
-            c = 0.0
+        c = statistics.median(slopes) if len(slopes) >= WINDOW else 0.0    # else the baseline's slope
         out[1:] = _low([r - c * k for k, r in drafting]) + c * np.arange(1, k_max + 1)
         return out, cap
 
