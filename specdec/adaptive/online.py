@@ -5,44 +5,33 @@
     online.prices(key, sampled, b, k_max)           # (k_max + 1,) seconds of a round at l_ref
 
 A real round costs its forwards (the cost model, here the cold start's prior: costs/prior.py)
-plus what they leave out: Python, sampling, verification, a proposer without a model. The
-forwards enter as a baseline: plain decoding's, and for k >= 1 the Theil-Sen line through the
-drafting rounds' forwards (a few sparse, briefly timed forwards: one noisy point must not price
-its k out). A round's offset is its time, moved to the reference cache length along the
-forwards' slope in L, less the baseline. Per proposer key, sampling mode and batch size b:
-
-- each k keeps the offsets of its last WINDOW rounds, and levels are read at their lower
-  quartile (another process only ever adds time);
-- the drafting slope (offset per draft) is learnt from pairs of rounds at two drafting k at most
-  PAIR_GAP recorded rounds apart: the median of their last WINDOW differences per draft. Rounds
-  at one k and at another minutes later see other machine speeds and cache lengths (a slope
-  read from per-k levels came out 3x the measured table's, and held a cold run at k = 1-2
-  where k = 3-4 was faster); neighbouring rounds see the same.
-
-A row b is priced:
+plus what they leave out: Python, sampling, verification, a proposer without a model. A round's
+offset is its time, moved to the reference cache length along the forwards' slope in L, less a
+baseline: plain decoding's forward, and for k >= 1 the Theil-Sen line through the drafting
+rounds' forwards (one noisy, briefly timed forward must not price its k out). Per proposer key,
+sampling mode and batch size b, each k keeps its last WINDOW offsets, read at their lower
+quartile (another process only ever adds time), and a row is priced:
 
 - k = 0 at its level, once CONFIRM_N of its rounds were recorded;
-- k >= 1, once CONFIRM_N drafting rounds and CONFIRM_N pairs were recorded: the line with the
-  pairs' slope c, at the level of all drafting offsets less c k (every drafting round informs
-  the level, the pairs only the slope);
-- with drafting rounds but fewer pairs: the cheaper of the two readings of their level r1 (as
-  if all at the most played k1): min(r1, r1 * k / k1) (all overhead fixed, or all per draft);
+- k >= 1, once CONFIRM_N drafting rounds were recorded, on one line: its level the lower
+  quartile of every drafting offset less c k; its slope over the baseline's, c, the median of
+  the last WINDOW pairs once there are WINDOW of them (two rounds at two drafting k at most
+  PAIR_GAP recorded rounds apart: they see one machine speed and cache length, which rounds at
+  one k and another minutes later do not), else 0: the baseline's slope, an overhead fixed per
+  round;
 - a k not priced at b: the other rows' offsets, linear in b between them and held outside (as
-  costs/rounds.py prices rows it has not measured); none at all: 0, the baseline alone, which
-  understates every round (the forwards are part of it).
+  costs/rounds.py prices rows it has not measured); none at all: 0, the baseline alone.
 
 A k with fewer than CONFIRM_N rounds at b is capped at their own level: they may lower its
-price, never raise it (one slow round must not price a k out for good).
-
-So a price no rounds have confirmed is the lowest the evidence allows (optimism under
-uncertainty), and the policy re-evaluates a switch the next round. A k chosen on an unconfirmed
-price is recorded at most CONFIRM_N times before its own rounds confirm it, and then the row's
-line prices it: at most CONFIRM_N * (k_max + 1) such recorded rounds per key, mode and batch
-size, once per machine (docs/adaptive.md, the bound). What is learned is saved
-(`online-<hash>.json` beside the measured tables, costs/cache.py, under the round tables'
-identity) after 16, 32, 64, ... observations of a key and mode, and every SAVE_EVERY after 1024,
-and read back by the next run. A measured round table (`specdec profile`) takes precedence:
-AdaptiveK asks this one only for keys and modes without one.
+price, never raise it. Until a row has rounds, every k costs its baseline, which every round
+exceeds, and one level read as a fixed overhead prices the k above those played at the least
+the evidence allows: optimism where the policy has not looked, at a bounded cost (at most
+CONFIRM_N * (k_max + 1) recorded rounds at a k with fewer than CONFIRM_N, per key, mode and
+batch size; docs/adaptive.md, *The cold start*, has the reasons and the bound). What is learned
+is saved (`online-<hash>.json` beside the measured tables, costs/cache.py, under the round
+tables' identity) after 16, 32, 64, ... observations of a key and mode and every SAVE_EVERY
+after 1024, and read back by the next run. A measured round table (`specdec profile`) takes
+precedence: AdaptiveK asks this one only for keys and modes without one.
 """
 from __future__ import annotations
 
@@ -57,9 +46,12 @@ from ..costs.key import CostKey
 from ..costs.rounds import theil_sen
 
 WINDOW = 16       # offsets kept per (b, k), and pair slopes per b: their lower quartile (median)
-                  # ignores up to 12 (8) slow ones and follows a lasting change within 16
+                  # ignores up to 12 (8) slow ones and follows a lasting change within 16; and the
+                  # pairs needed before their slope replaces the baseline's: one pair (two single
+                  # rounds) is as noisy as the slope is large (about 0.15 ms a draft on the bundled
+                  # pair at batch 1), and 3 or 4 pairs held cold runs at k = 1 where k = 4 paid
 QUANTILE = 0.25   # the quantile of a k's window its level is read at (the lower quartile: see above)
-CONFIRM_N = 3     # rounds at a (b, k), or pairs at b, before they price it; fewer rounds may lower
+CONFIRM_N = 3     # rounds at a (b, k), or drafting rounds at b, before they price it; fewer may lower
                   # a price, never raise it: one slow round must not price a k out for good (a k
                   # priced too high is not run again; one slow k = 2 round held a cold run at k = 1)
 PAIR_GAP = 2      # recorded rounds between the two of a pair, at most: the machine's speed and the
@@ -180,15 +172,9 @@ class OnlineRounds:
         drafting = [(k, r) for k, rs in rounds.items() if k >= 1 for r in rs]
         if len(drafting) < CONFIRM_N:
             return out, cap
-        ks = np.arange(1, k_max + 1)
         slopes = t.slopes.get(b, ())
-        if len(slopes) >= CONFIRM_N:
-            c = statistics.median(slopes)
-            out[1:] = _low([r - c * k for k, r in drafting]) + c * ks
-        else:                                   # the cheaper reading of one level
-            k1 = max((k for k in rounds if k >= 1), key=lambda k: (len(rounds[k]), -k))
-            r1 = _low([r for _k, r in drafting])
-            out[1:] = np.minimum(r1, r1 * ks / k1)
+        c = statistics.median(slopes) if len(slopes) >= WINDOW else 0.0    # else the baseline's slope
+        out[1:] = _low([r - c * k for k, r in drafting]) + c * np.arange(1, k_max + 1)
         return out, cap
 
 

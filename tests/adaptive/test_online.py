@@ -4,6 +4,7 @@ converge to the measured table, choices that depend only on the rounds observed,
 exploration."""
 from __future__ import annotations
 
+import statistics
 import time
 
 import numpy as np
@@ -85,18 +86,27 @@ def test_the_online_table_converges_to_the_measured_one():
                                [true_round(4, k) - cm.curve(DRAFT_KEY, 4, K_MAX, None)[0][k] for k in range(K_MAX + 1)])
 
 
-@pytest.mark.parametrize("alpha", [0.3, 0.7, 0.9])
+def true_rate(k: int, alpha: float, b: int = 4) -> float:
+    """Expected tokens per second of a round drafting k at per-position acceptance alpha."""
+    return b * sum(alpha ** i for i in range(k + 1)) / true_round(b, k)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.5, 0.7, 0.9])
 def test_a_cold_policy_ends_where_the_measured_one_is_and_explores_boundedly(alpha):
-    """Driven by rounds that cost what they cost, the cold policy settles on the k the measured
-    table gives from the start; the rounds it ran at a k whose price no rounds had confirmed
-    number at most CONFIRM_N (k_max + 1) (docs/adaptive.md, the exploration bound)."""
+    """Driven by rounds that cost what they cost (0.3 ms a draft more than the forwards say, a
+    slope the cold policy does not learn from rounds that never switch k), the cold policy
+    settles within 2% of the measured one's tokens per second; the rounds it ran at a k with
+    fewer than CONFIRM_N rounds number at most CONFIRM_N (k_max + 1) (docs/adaptive.md, the
+    exploration bound)."""
     cold, batch = cold_policy()
     ks, unseen = drive(cold, batch, alpha, 200)
     warm = AdaptiveK(K_MAX, FakeDraft(), measured_model())
     for row, seq in enumerate(batch):
         warm.start(row, seq)
     ref, _ = drive(warm, batch, alpha, 200)
-    assert ks[-50:] == ref[-50:], (ks, ref)
+    got = statistics.mean(true_rate(k, alpha) for k in ks[-50:])
+    best = statistics.mean(true_rate(k, alpha) for k in ref[-50:])
+    assert got >= 0.98 * best, (ks, ref)
     assert sum(unseen) <= CONFIRM_N * (K_MAX + 1)
 
 
@@ -212,7 +222,7 @@ def test_the_drafting_slope_comes_from_neighbouring_rounds_not_from_levels_apart
     online = OnlineRounds(cm, persist=False)
     for _ in range(WINDOW):
         online.record(DRAFT_KEY, False, 1, 1, 128.0, 1.3 * true_round(1, 1))     # a slow spell
-    for k in (2, 4, 2, 4, 2, 4):                                                 # a few switches
+    for k in (2, 4) * (WINDOW // 2 + 1):                                         # switches: pairs
         online.record(DRAFT_KEY, False, 1, k, 128.0, true_round(1, k))
     for _ in range(WINDOW):
         online.record(DRAFT_KEY, False, 1, 4, 128.0, true_round(1, 4))
