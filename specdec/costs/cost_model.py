@@ -73,19 +73,21 @@ class CostModel:
             profiles[key] = by_hash[h]
         return cls(profiles.pop(None), profiles, k_max, identities)
 
-    def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False, repeats=3):
+    def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False, repeats=3,
+                       ks: list[int] | None = None):
         """Real steps of proposer `key` in one sampling mode at each row of `batch_sizes` and
-        k = 0..k_max, from the cache; a row that lacks any k is timed whole, `repeats` calls of
+        k = 0..k_max (or 0 and `ks`: the rest is priced by the row's line, rounds.py), from the
+        cache; a row that lacks any k is timed whole, `repeats` calls of
         `timer(key, b, ks, sampled) -> {k: (seconds, L)}`, each k at the medians (three: one
         window can be 20% off on a shared machine; docs/adaptive.md section 5)."""
         ident = self.rounds_identity(key, sampled)
         d = None if remeasure else cache.load(ident, "rounds-")
         table = self.rounds[(key, sampled)] = RoundTable.from_json(d, d["contended"]) if d else RoundTable()
-        ks = [*range(self.k_max + 1)]
+        ks = sorted({0, *ks}) if ks is not None else [*range(self.k_max + 1)]
         todo = [b for b in batch_sizes if any((b, k) not in table.points for k in ks)]
         if todo:                  # tens of seconds per batch size, once per machine: say so
             print(f"specdec: timing {getattr(key, 'method', key)} rounds ({'sampled' if sampled else 'greedy'}) at batch "
-                  f"sizes {', '.join(map(str, todo))} for k = auto; cached in {cache.cache_dir() / 'costs'}",
+                  f"sizes {', '.join(map(str, todo))}, k = {', '.join(map(str, ks))}; cached in {cache.cache_dir() / 'costs'}",
                   file=sys.stderr, flush=True)
         for b in todo:
             since = snapshot()
