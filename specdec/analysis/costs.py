@@ -84,9 +84,8 @@ def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context:
         on_progress(1 / (1 + len(modes)))
     for i, sampled in enumerate(modes):
         mode_rows = bs if rows is None or rows.get(sampled) is None else sorted(set(rows[sampled]) | {1})
-        cm.measure_rounds(round_timer, key, mode_rows, sampled, remeasure=remeasure, ks=ks)
-        if on_progress:
-            on_progress((i + 2) / (1 + len(modes)))
+        cm.measure_rounds(round_timer, key, mode_rows, sampled, remeasure=remeasure, ks=ks,
+                          on_row=on_progress and (lambda j, n, i=i: on_progress((i + 1 + j / n) / (1 + len(modes)))))
     return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context) if key else 0.0,
                  lambda b, k, s, L=None: cm.t_round(key, b, k, context if L is None else L, s),
                  "measured cost model (costs/cost_model.py): forwards plus real engine rounds", cost_table(cm))

@@ -73,13 +73,14 @@ class CostModel:
             profiles[key] = by_hash[h]
         return cls(profiles.pop(None), profiles, k_max, identities)
 
-    def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False, repeats=3,
-                       ks: list[int] | None = None):
+    def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False, repeats=3, *,
+                       ks: list[int] | None = None, on_row=None):
         """Real steps of proposer `key` in one sampling mode at each row of `batch_sizes` and
         k = 0..k_max (or 0 and `ks`: the rest is priced by the row's line, rounds.py), from the
         cache; a row that lacks any k is timed whole, `repeats` calls of
         `timer(key, b, ks, sampled) -> {k: (seconds, L)}`, each k at the medians (three: one
-        window can be 20% off on a shared machine; docs/adaptive.md section 5)."""
+        window can be 20% off on a shared machine; docs/adaptive.md section 5). `on_row(i, n)`:
+        called after each of the n rows timed."""
         ident = self.rounds_identity(key, sampled)
         d = None if remeasure else cache.load(ident, "rounds-")
         table = self.rounds[(key, sampled)] = RoundTable.from_json(d, d["contended"]) if d else RoundTable()
@@ -89,11 +90,13 @@ class CostModel:
             print(f"specdec: timing {getattr(key, 'method', key)} rounds ({'sampled' if sampled else 'greedy'}) at batch "
                   f"sizes {', '.join(map(str, todo))}, k = {', '.join(map(str, ks))}; cached in {cache.cache_dir() / 'costs'}",
                   file=sys.stderr, flush=True)
-        for b in todo:
+        for done, b in enumerate(todo, 1):
             since = snapshot()
             runs = [timer(key, b, ks, sampled) for _ in range(repeats)]
             table.points.update({(b, k): tuple(statistics.median(r[k][i] for r in runs) for i in (0, 1)) for k in ks})
             table.contended = table.contended or cache.contended(since)
+            if on_row:
+                on_row(done, len(todo))
         if todo:
             cache.save(ident, table.to_json(), table.contended, "rounds-")
         self._curves.clear()

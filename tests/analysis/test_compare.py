@@ -35,3 +35,22 @@ def test_compared_methods_must_exist_and_be_loaded(tiny_target):
         with pytest.raises(ConfigError, match=msg):
             check_compare([bad], models)
     check_compare(["ngram", "suffix"], models)
+
+
+def test_compare_auto_is_every_proposer_this_target_has(tiny_target, tiny_draft):
+    from specdec.commands.analyze import proposers_of, resolve_compare
+    bare = Models(tiny_target, None, None)
+    assert proposers_of(bare) == ["ngram", "suffix", "layerskip"]
+    assert resolve_compare(["auto"], "ngram", bare) == ["suffix", "layerskip"]
+    assert resolve_compare(["suffix", "auto"], "ngram", bare) == ["suffix", "layerskip"]
+    paired = Models(tiny_target, None, tiny_draft)
+    assert resolve_compare(["auto"], "draft", paired) == ["ngram", "suffix", "layerskip"]
+
+
+def test_layerskip_compares_beside_ngram(tiny_target):
+    def spec_for_k(k):
+        return SpecConfig(method="ngram" if k else "none", k=k, options={"ngram_min": 1, "ngram_max": 3})
+    prompts = {"chat": [p * 2 for p in random_prompts(2, seed=7, hi=12)]}
+    plan = Plan([Cell("chat", 2, 1, 0.0)], prompts, groups=1, max_new_tokens=8, compare=("layerskip",))
+    (cell,) = [r.as_dict() for r in run_plan(Models(tiny_target, None, None), plan, spec_for_k)]
+    assert cell["compare"]["layerskip"]["identical_to_chain"] is True

@@ -125,6 +125,16 @@ def test_measure_rounds_times_whole_rows_and_caches_them(cache, tiny_target, tin
     assert calls
 
 
+def test_measure_rounds_only_the_ks_asked_and_price_the_rest_by_the_line(cache, tiny_target, tiny_draft):
+    cm = CostModel.load_or_measure(tiny_target, tiny_draft, k_max=8, batch_sizes=[1], timing=FAST)
+    calls, rows = [], []
+    cm.measure_rounds(_timer(calls), DRAFT_KEY, [1, 4], sampled=False, ks=[1, 3, 6],
+                      on_row=lambda done, n: rows.append((done, n)))
+    assert calls == [(DRAFT_KEY, 1, (0, 1, 3, 6), False), (DRAFT_KEY, 4, (0, 1, 3, 6), False)]
+    assert rows == [(1, 2), (2, 2)]
+    assert cm.t_round(DRAFT_KEY, 1, 8, 64) == pytest.approx(0.02 + 0.024 + 0.001)   # k = 8 on the line
+
+
 def test_a_round_table_from_a_busy_machine_is_timed_again_when_quiet(cache, tiny_target, tiny_draft, monkeypatch):
     cm = CostModel.load_or_measure(tiny_target, tiny_draft, k_max=2, timing=FAST)
     monkeypatch.setattr(cm_mod, "contended", lambda since=None: True)
