@@ -165,6 +165,23 @@ def encode_prompts(items: list, tokenizer, template: ChatTemplate | None = None)
     return [tokenizer.encode(x) if isinstance(x, str) else template.encode(x) for x in items]
 
 
+def encode_fitting(items: list, tokenizer, n: int, max_tokens: int) -> list[list[int]]:
+    """The first `n` items, in file order, whose encoding (encode_prompts) has at most
+    `max_tokens` tokens: a large file is encoded only as far as the analysis reads it."""
+    template, out = None, []
+    for x in items:
+        if isinstance(x, str):
+            ids = tokenizer.encode(x)
+        else:
+            template = template or ChatTemplate(tokenizer)
+            ids = template.encode(x)
+        if len(ids) <= max_tokens:
+            out.append(ids)
+            if len(out) == n:
+                break
+    return out
+
+
 @lru_cache(maxsize=1)
 def _sharegpt_set() -> PromptSet:
     return read_prompts(sharegpt_file())

