@@ -244,10 +244,11 @@ def _group_prompts(prompts: list[list[int]], g: int, b: int) -> list[list[int]]:
 
 def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
              on_run=None, extend_s: float | None = 0.0, extend_share: float = 0.0,
-             info: dict | None = None) -> list[CellResult]:
+             info: dict | None = None, deadline: float | None = None) -> list[CellResult]:
     """Run every block of `plan`, then extra groups for blocks whose cells' intervals are
     still wider than interval.WIDE, for at most `extend_s` seconds (None: `extend_share` of
-    the time the planned groups took; see extend.py). `info`, when given, receives the
+    the time the planned groups took; see extend.py), and never past `deadline` (a
+    time.perf_counter() reading; None: no limit). `info`, when given, receives the
     budget and the extra groups run. `spec_for_k(k)`
     gives the SpecConfig (k = 0: plain). `on_run(description)` is called after each decode
     run (for progress bars). A cell's `extra_groups` counts the groups added for it."""
@@ -293,6 +294,8 @@ def run_plan(models: Models, plan: Plan, spec_for_k, device: str = "cpu",
             run_group(block, g)
             durations.setdefault(block, []).append(time.perf_counter() - t0)
     budget = extend_s if extend_s is not None else extend_share * sum(map(sum, durations.values()))
+    if deadline is not None:
+        budget = min(budget, deadline - time.perf_counter())
     if budget > 0:
         def width(block) -> float:
             w, b, temp = block

@@ -24,6 +24,7 @@ from .costs import load_costs
 from ..cpu_load import busy_cores, load_average
 from .machine_load import busy_warning, free_threads
 from .measure import Plan, plan_cells, run_plan
+from .settings import QUICK_DEADLINE_S
 from .regimes import HARD, predictable_workload, roles_for
 from .report import write_report
 from .samples import regime_samples
@@ -128,6 +129,7 @@ def analyze(models, prompts: dict[str, list[list[int]]], spec_for_k, s: dict, me
         ran: dict = {"extend_budget_s": 0.0, "extra_groups": []}
         results = run_plan(models, plan, spec_for_k, device=device, extend_s=s["extend_s"],
                            extend_share=s["extend_share"],
+                           deadline=t_start + QUICK_DEADLINE_S if quick and s["extend_s"] is None else None,
                            info=ran,
                            on_run=lambda d: bars.update(task, advance=1, detail=d))
 

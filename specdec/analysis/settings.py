@@ -12,6 +12,9 @@ from ..errors import ConfigError
 # to the run; the full grid, whose decoding is most of a long run, adds about a third.
 QUICK = dict(k=[1, 3, 6], batch_sizes=[1, 4, 16], temperatures=[0.0, 0.7, 1.0, 1.5], repeats=3,
              max_new_tokens=64, prompt_tokens=64, extend_s=None, extend_share=0.5)
+# --quick's promise: its decoding, extra groups included, ends this many seconds after the
+# analysis starts (models loaded), leaving a minute of a 10-minute run for loading and the report
+QUICK_DEADLINE_S = 540
 FULL = dict(k=[1, 2, 3, 4, 6, 8], batch_sizes=[1, 2, 4, 8, 16, 32], temperatures=[0.0, 0.7, 1.0, 1.5],
             repeats=4, max_new_tokens=64, prompt_tokens=128, extend_s=None, extend_share=0.3)
 
