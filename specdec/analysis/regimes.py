@@ -67,7 +67,7 @@ def outside(alpha: float, lo: float, hi: float) -> float:
 
 def _row(name: str, what: str, cell: dict) -> dict:
     row = dict(regime=name, what=what, cell=cell, alpha_ci=alpha_interval(cell.get("prompt_counts") or []))
-    if name in SEED_RANGE:
+    if name in SEED_RANGE and cell.get("alpha") is not None:
         lo, hi = SEED_RANGE[name]
         row.update(seed_range=[lo, hi], outside_seed=outside(cell["alpha"], lo, hi))
     return row
