@@ -42,7 +42,8 @@ def add_parser(sub) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--workload", choices=["auto", "all", *ANALYSIS_WORKLOADS, *NAMED_ONLY], default="auto",
                      help="auto (default): chat for a target with a chat template, else all; all: every "
-                          "built-in workload; chat: ShareGPT first turns (pip install 'specdec[data]')")
+                          "built-in workload; chat: the chat workloads, chat-rewrite (a given passage to rewrite "
+                          "or proofread) and ShareGPT first turns (pip install 'specdec[data]')")
     src.add_argument("--prompts", type=Path, help="a ShareGPT JSON file, or JSONL of {\"messages\": [...]} "
                                                   "(OpenAI chat) or {\"prompt\": text} lines")
     p.add_argument("--turns", choices=TURNS, default="first",
