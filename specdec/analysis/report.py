@@ -88,7 +88,7 @@ def build_blocks(summary: dict, meta: dict) -> list:
                 f"{FLAG:.0%}: then the figures describe self-repetition, not the workload)."),
           ("p", "Acceptance α: the maximum-likelihood i.i.d. acceptance of the cell's rounds, with its 95% "
                 "bootstrap interval over prompts. The seed's range is what it expected of the regime; where α "
-                "lands outside it, "α outside it by" says by how many points. The measured figure "
+                "lands outside it, \"α outside it by\" says by how many points. The measured figure "
                 "is the answer: no workload is tuned toward the range."),
           ("table", ["regime", "what", "cell", "acceptance α (95%)", "seed's range", "α outside it by",
                      "tokens per target step", "speed-up, measured (95%)", "predicted", "error", "repeats"],
