@@ -91,9 +91,9 @@ def _settings(args) -> dict:
     return grid_settings(args.quick, **{key: getattr(args, key, None) for key in QUICK})
 
 
-def _prompts(args, tokenizer, n, prompt_tokens, long_tokens, bars) -> dict[str, list[list[int]]]:
-    if args.prompts:
-        found = read_prompts(args.prompts, args.turns)
+def _prompts(args, found, tokenizer, n, prompt_tokens, long_tokens, bars) -> dict[str, list[list[int]]]:
+    """The workloads' prompts as token ids: `found` (the --prompts file, read) or built ones."""
+    if found is not None:
         if found.truncated or found.skipped:
             bars.note(f"{args.prompts}: {len(found.items)} prompts; {found.skipped} skipped "
                       f"({'a truncated file; ' if found.truncated else ''}conversations without a user turn)")
@@ -148,6 +148,7 @@ def run(args) -> int:
 
     s = _settings(args)
     target, draft = default_pair(args.target, args.draft)
+    found = read_prompts(args.prompts, args.turns) if args.prompts else None     # a bad file: before loading
     with Progress(disabled=args.no_progress) as bars:
         bars.note("loading models and prompts")
         load = load_kwargs(args)
@@ -167,7 +168,7 @@ def run(args) -> int:
         check_compare(args.compare, models)
         n = s["repeats"] * max(s["batch_sizes"])
         long_tokens = long_prompt_tokens(models.target.config.max_position_embeddings, s["max_new_tokens"])
-        prompts = _prompts(args, models.tokenizer, n, s["prompt_tokens"], long_tokens, bars)
+        prompts = _prompts(args, found, models.tokenizer, n, s["prompt_tokens"], long_tokens, bars)
 
         def spec_for_k(k: int):   # a chain; trees are the session's (analysis/trees.py)
             ns = argparse.Namespace(**{**vars(args), "k": k, "method": "none" if k == 0 else spec.method, "tree": 0})

@@ -270,3 +270,14 @@ def test_chat_workloads_give_every_regime_with_intervals(tiny_dirs, tmp_path, ca
     assert rows["hard"]["cell"]["temperature"] == 1.0
     assert all(r["cell"]["ci"] and "alpha_ci" in r for r in rows.values())
     assert "seed's range" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("text, says", [("", "no prompts"), ('{"prompt": "a"}\n{"prompt": ', "bad.jsonl:2: malformed")])
+def test_a_bad_prompts_file_is_one_line_and_exit_code_2(tiny_dirs, tmp_path, capsys, text, says):
+    target, _ = tiny_dirs
+    f = tmp_path / "bad.jsonl"
+    f.write_text(text)
+    assert main(["analyze", "--target", str(target), "--prompts", str(f), "--quick", "--no-progress",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
