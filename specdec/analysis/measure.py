@@ -163,6 +163,8 @@ class CellResult:
     prompt_alphas: list[float] = field(default_factory=list)
     prompt_counts: list[tuple[int, int]] = field(default_factory=list)   # (accepted, rejections) per prompt
     group_alphas: list[list[float]] = field(default_factory=list)   # per group, alpha of each row
+    group_rows: list[list] = field(default_factory=list)   # per group, [alpha or None, draft rate] of every row
+    rounds: list[int] = field(default_factory=lambda: [0, 0])   # decode rounds, those that drafted
     totals: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # plain tok, s; spec tok, s
     identical: bool | None = None
     units: list = field(default_factory=list)        # interval.stretches of every group, wall time
@@ -184,9 +186,15 @@ class CellResult:
         for i, x in enumerate((plain.tokens, plain.decode_s, spec.tokens, spec.decode_s)):
             self.totals[i] += x
         self.group_alphas.append([])
+        self.group_rows.append([])
         self.plain_step_s.append(plain.step_s)
         self.spec_step_s.append(spec.step_s)
         for st in spec.stats:
+            n = max(st.target_forwards - 1, len(st.accepted_lengths), 1)   # decode rounds (admission's forward apart)
+            self.rounds[0] += n
+            self.rounds[1] += len(st.accepted_lengths)
+            self.group_rows[-1].append([fit_alpha(st.accepted_lengths, self.cell.k, st.draft_lengths)
+                                        if st.accepted_lengths else None, len(st.accepted_lengths) / n])
             self.accepted_lengths += st.accepted_lengths
             self.draft_lengths += st.draft_lengths
             if len(self.accepted_per_pos) < len(st.accepted_per_pos):
@@ -228,7 +236,8 @@ class CellResult:
             "accepted_per_pos": self.accepted_per_pos,
             "accepted_length_hist": {str(n): m for n, m in sorted(Counter(L).items())},
             "prompt_alphas": self.prompt_alphas, "prompt_counts": self.prompt_counts,
-            "group_alphas": self.group_alphas,
+            "group_alphas": self.group_alphas, "group_rows": self.group_rows,
+            "draft_rate": self.rounds[1] / self.rounds[0] if self.rounds[0] else 1.0,
             "identical_to_plain": self.identical, "extra_groups": self.extra_groups,
             "couplings": None if self.coupled is None else {
                 "standard": coupling_entry(c.k, *self.coupled[0]), "invariant": coupling_entry(c.k, *self.coupled[1])},

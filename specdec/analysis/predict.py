@@ -162,28 +162,45 @@ def relative_error(predicted: float, measured: float) -> float:
 
 
 def simulate_speedup(alpha: float | Sequence[float], k: int, b: int, new_tokens: int,
-                     t_round: Callable[[int, int], float], trials: int = 400, seed: int = 0) -> float:
+                     t_round: Callable[[int, int], float], trials: int = 400, seed: int = 0,
+                     draft_rate: float | Sequence[float] = 1.0) -> float:
     """Expected speed-up of decoding `new_tokens` per row for a batch of b rows, k drafts per
     round each accepted i.i.d. with probability alpha (one for all rows, or one per row),
     over plain decoding of the same.
 
     t_round(a, k) is the seconds of a round with a active rows (k = 0: a plain step). A row
     gains min(accepted + 1, tokens left) per round and leaves when done; plain decoding
-    takes new_tokens steps of the full batch. Deterministic for a given seed."""
+    takes new_tokens steps of the full batch. `draft_rate` (one, or one per row): the share of
+    rounds in which the row's proposer drafts at all (a draft-free proposer finds nothing to
+    propose in new text); a row without a draft gains one token, and a round where no active
+    row drafted costs a plain step. Deterministic for a given seed."""
     if k <= 0 or new_tokens <= 0:
         return 1.0
     cost = np.array([0.0] + [t_round(a, k) for a in range(1, b + 1)])          # (b+1,) by active rows
+    plain = np.array([0.0] + [t_round(a, 0) for a in range(1, b + 1)])         # (b+1,)
     a = np.broadcast_to(np.asarray(alpha, dtype=float).reshape(-1, 1), (b, 1))  # (b, 1) per row
+    r = np.broadcast_to(np.asarray(draft_rate, dtype=float).reshape(-1), (b,))  # (b,) per row
     rng = np.random.default_rng(seed)
     left = np.full((trials, b), new_tokens)                                    # (trials, b)
     spent = np.zeros(trials)
     while (left > 0).any():
         active = (left > 0).sum(1)                                             # (trials,)
-        spent += cost[active]
         ok = rng.random((trials, b, k)) < a                                    # (trials, b, k)
         accepted = np.cumprod(ok, axis=2).sum(2)                               # leading accepts
+        if (r < 1).any():
+            drafts = (rng.random((trials, b)) < r) & (left > 0)                # (trials, b)
+            accepted = accepted * drafts
+            spent += np.where(drafts.any(1), cost[active], plain[active])
+        else:
+            spent += cost[active]
         left = np.maximum(left - (accepted + 1), 0)
     return new_tokens * t_round(b, 0) / float(spent.mean())
+
+
+def with_draft_rate(tokens: float, ratio: float, rate: float) -> float:
+    """The steady-state speed-up when only a share `rate` of rounds draft (tokens per drafting
+    round `tokens`, costing `ratio` plain steps); the others give one token for one plain step."""
+    return (rate * tokens + 1 - rate) / (rate * ratio + 1 - rate)
 
 
 def pooled_speedup(speedups: Sequence[float]) -> float:

@@ -65,13 +65,14 @@ def annotate(cells: list[dict], costs, new_tokens: int | None = None) -> list[di
         c["tokens_positional"] = (P.expected_tokens_positional(cond, k) if len(cond) >= k
                                   else P.expected_tokens(ref["alpha"], k))
         c["positional_held_out"] = ref is not c
-        c["pred_iid"] = P.speedup(c["tokens_iid"], c["ratio"])
+        rate = min(c.get("draft_rate", 1.0), 1.0)      # rounds that drafted: below 1 for draft-free proposers
+        c["pred_iid"] = P.with_draft_rate(c["tokens_iid"], c["ratio"], rate)
         annotate_couplings(c, c["ratio"])
-        c["pred_positional"] = P.speedup(c["tokens_positional"], c["ratio"])
-        c["pred_forward"] = P.speedup(c["tokens_iid"], c["ratio_forward"])
+        c["pred_positional"] = P.with_draft_rate(c["tokens_positional"], c["ratio"], rate)
+        c["pred_forward"] = P.with_draft_rate(c["tokens_iid"], c["ratio_forward"], rate)
         c["pred"] = _predict_runs(c, step, new_tokens) if new_tokens else c["pred_iid"]
         c["pred_model"] = (_predict_runs(c, model, new_tokens) if new_tokens
-                           else P.speedup(c["tokens_iid"], c["ratio_model"]))
+                           else P.with_draft_rate(c["tokens_iid"], c["ratio_model"], rate))
         c["uncertain"] = not c.get("ci_half", 0.0) <= WIDE
         m = c["speedup"]
         for name in ("", "_model", "_iid", "_positional", "_forward"):
@@ -87,13 +88,15 @@ def annotate(cells: list[dict], costs, new_tokens: int | None = None) -> list[di
 
 def _predict_runs(c: dict, t_round, new_tokens: int) -> float:
     """The cell's runs, predicted: each group from its rows' own alphas (rows without one take
-    the cell's), followed round by round at t_round(active rows, k), then pooled as the
-    measurement pools them."""
-    groups = [g for g in c.get("group_alphas", []) if g] or [[c["alpha"]]]
+    the cell's) and shares of rounds that drafted, followed round by round at t_round(active
+    rows, k), then pooled as the measurement pools them."""
+    groups = [g for g in c.get("group_rows", []) if g] or [[[c["alpha"], c.get("draft_rate", 1.0)]]]
     preds = []
     for g in groups:
-        alphas = (list(g) + [c["alpha"]] * c["batch"])[:c["batch"]]
-        preds.append(P.simulate_speedup(alphas, c["k"], c["batch"], new_tokens, t_round))
+        rows = (list(g) + [[c["alpha"], c.get("draft_rate", 1.0)]] * c["batch"])[:c["batch"]]
+        alphas = [c["alpha"] if a is None else a for a, _ in rows]
+        preds.append(P.simulate_speedup(alphas, c["k"], c["batch"], new_tokens, t_round,
+                                        draft_rate=[min(rate, 1.0) for _, rate in rows]))
     return P.pooled_speedup(preds)
 
 

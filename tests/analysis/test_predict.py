@@ -98,3 +98,22 @@ def test_crossover():
 def test_relative_error():
     assert P.relative_error(1.1, 1.0) == pytest.approx(0.1)
     assert P.relative_error(0.9, 1.0) == pytest.approx(-0.1)
+
+
+def test_rounds_without_a_draft_are_plain_steps():
+    from specdec.analysis.predict import simulate_speedup, with_draft_rate
+    cost = lambda a, k: 0.010 * a + 0.001 * k        # noqa: E731
+    full = simulate_speedup(0.8, 4, 1, 64, cost)
+    assert simulate_speedup(0.8, 4, 1, 64, cost, draft_rate=1.0) == full
+    assert simulate_speedup(0.8, 4, 1, 64, cost, draft_rate=0.0) == pytest.approx(1.0)
+    half = simulate_speedup(0.8, 4, 1, 64, cost, draft_rate=0.5)
+    assert 1.0 < half < full
+    tokens, ratio = 3.0, 1.4
+    assert with_draft_rate(tokens, ratio, 1.0) == pytest.approx(tokens / ratio)
+    assert with_draft_rate(tokens, ratio, 0.5) == pytest.approx(2.0 / 1.2)
+    assert half == pytest.approx(with_draft_rate(*_steady(0.8, 4), 0.5), rel=0.1)
+
+
+def _steady(alpha, k):
+    from specdec.analysis.predict import expected_tokens
+    return expected_tokens(alpha, k), (0.010 + 0.001 * k) / 0.010

@@ -172,3 +172,22 @@ def test_a_batch_one_miss_is_not_blamed_on_rows_finishing_apart():
     assert "tail effects" not in why and "4.28" in why and "2.07x" in why and "2.20x" in why
     assert "tail effects" in _why(dict(cell, batch=4))
     assert "i.i.d. formula" in _why(dict(cell, tokens_iid=5.0))
+
+
+def test_rounds_that_drafted_nothing_count_as_plain_steps():
+    r = CellResult(Cell("chat", 4, 1, 0.0))
+    st = SeqStats()
+    st.target_forwards = 1                    # admission's forward
+    for n in (4, 4, 4, 4):
+        st.record(4, n)
+    for _ in range(4):
+        st.record(0, 0)                       # nothing proposed: a plain step
+    plain = run(100.0, [[]], 0)
+    plain.step_s = t_round(1, 0)
+    r.add(plain, Run(150.0, 60, 0.4, 0.01, [[1, 2, 3]], [st]))
+    c = r.as_dict()
+    assert c["draft_rate"] == 0.5 and c["group_rows"] == [[[1.0, 0.5]]]
+    (got,) = summarize([c], COSTS, "m", [1], [0.0], q_max=9, new_tokens=32)["cells"]
+    full = P.simulate_speedup([1.0], 4, 1, 32, lambda a, k: t_round(a, k))
+    assert got["pred"] < full and got["pred_iid"] == pytest.approx(
+        P.with_draft_rate(5.0, t_round(1, 4) / t_round(1, 0), 0.5))
