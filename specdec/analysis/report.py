@@ -61,6 +61,12 @@ def _outside(r):
     return "inside" if d == 0 else f"{100 * d:+.0f} points ({'above' if d > 0 else 'below'})"
 
 
+def _per_step(c):
+    """Tokens per target step over every round: a round that drafted nothing gives one."""
+    rate = min(c.get("draft_rate", 1.0), 1.0)
+    return rate * c["tokens_per_step"] + 1 - rate
+
+
 def _cell_name(c):
     return f"`{c['workload']}`, b={c['batch']}, T={c['temperature']:g}, k={c['k']}"
 
@@ -91,10 +97,11 @@ def build_blocks(summary: dict, meta: dict) -> list:
                 "lands outside it, \"α outside it by\" says by how many points. The measured figure "
                 "is the answer: no workload is tuned toward the range."),
           ("table", ["regime", "what", "cell", "acceptance α (95%)", "seed's range", "α outside it by",
-                     "tokens per target step", "speed-up, measured (95%)", "predicted", "error", "repeats"],
+                     "rounds that drafted", "tokens per target step", "speed-up, measured (95%)", "predicted",
+                     "error", "repeats"],
            [[r["regime"], r["what"], _cell_name(r["cell"]), _alpha(r), _range(r), _outside(r),
-             _f(r["cell"]["tokens_per_step"]), measured(r["cell"]), _f(r["cell"]["pred"], "{:.2f}×"),
-             _pct(r["cell"]["err"]), _rep(r["cell"])] for r in summary["regimes"]])]
+             f"{r['cell'].get('draft_rate', 1.0):.0%}", _f(_per_step(r["cell"])), measured(r["cell"]),
+             _f(r["cell"]["pred"], "{:.2f}×"), _pct(r["cell"]["err"]), _rep(r["cell"])] for r in summary["regimes"]])]
     B += [("h", 2, "How good are the predictions?"),
           ("p", f"Median absolute error over {err['cells']} of {err['cells_total']} cells: "
                 f"**{_pct(err['median_abs_err'], False)}** (the {len(err['uncertain'])} uncertain cells, "
