@@ -129,8 +129,8 @@ class AdaptiveK(KPolicy):
         self._since = RECHECK                        # a new request: evaluate at once
         self.acc.start(row, seq.params.verification)
 
-    def move_row(self, src, dst):
-        self.acc.move_row(src, dst)
+    def row_state(self):
+        return [self.acc.rows]
 
     def observe(self, result: RoundResult) -> None:
         if self.k_max:
