@@ -97,8 +97,9 @@ def main(argv=None) -> int:
         b, a = [x[key] for x in runs["before"]], [x[key] for x in runs["after"]]
         rows[key] = {"before": statistics.median(b), "after": statistics.median(a),
                      "median_ratio": statistics.median(y / x for x, y in zip(b, a))}
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "?")
+    info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()[:12] if ":" in line)
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    cpu = f"{info.get('model name', '?')} family {info.get('cpu family', '?')} model {info.get('model', '?')}"
     lines = [f"CPU: {cpu}; threads {args.threads}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              f"before {trees['before'][0][:10]}, after {trees['after'][0][:10]}; "
              f"`python benchmarks/before_after.py {' '.join(argv)}`", "",
