@@ -404,6 +404,8 @@ def main(argv=None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         name = args.what.replace("-", "_")
+        if args.target is not None:            # beside the bundled pair's files: smollm2_first_token.md, ..
+            name = f"{args.target.stem.split('-')[0].lower()}_{name}"
         (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
         (args.out / f"{name}.md").write_text(text)
     return 0
