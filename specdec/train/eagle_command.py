@@ -17,7 +17,7 @@ import torch
 
 from ..errors import ConfigError
 from ..models.feature_head import FeatureHead, HeadConfig
-from ..models.head_loader import load_head, save_head, weights_sha256, write_mtp
+from ..models.head_loader import load_head, save_head, weights_bytes, weights_sha256, write_mtp
 from ..models.loader import load_model
 from . import chat_data
 from .data import Batches
@@ -56,7 +56,7 @@ def train_head(args, tc, work: Path, out: Path, corpus_data=None) -> dict:
         batch_fn, vocab_stream, n_vocab = _corpus_data(tc, target, work, *corpus_data)
         what = f"{args.corpus} corpus windows and the target's own greedy and T = 1 generations"
     cfg = HeadConfig.for_target(target.config, min(n_vocab, target.config.vocab_size),
-                                weights_sha256(args.target))
+                                weights_sha256(args.target), weights_bytes(args.target))
     torch.manual_seed(tc.seed)
     head = FeatureHead(cfg)
     _init(head, target)
