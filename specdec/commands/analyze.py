@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
                         "beside every batch-1 chain, and compare them (the methods of generate --tree; default off)")
     p.add_argument("--compare", type=_list(str), default=[], metavar="M1,M2",
                    help="also decode these methods at every batch-1 k, side by side with --method "
-                        "(e.g. draft,ngram; eagle uses --head or the bundled head)")
+                        "(e.g. draft,ngram; eagle uses --head or the shipped head for the target)")
     p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
     p.add_argument("--temperatures", type=_list(float), help="e.g. 0,0.7,1,1.5 (the first is the base)")
     p.add_argument("--quick", action="store_true", help="small grid that finishes in about 4 minutes")
