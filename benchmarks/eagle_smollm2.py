@@ -48,11 +48,11 @@ def measure(args, log) -> dict:
     gguf = Path(args.target) if args.target else gguf_path()
     out: dict = {"rows": [], "prompts": None}
     for weights in args.weights:
-        models = load_models(gguf, None, weights=weights, method="eagle")
+        models = load_models(gguf, None, weights=weights, method="eagle", head=args.head)
         if out["prompts"] is None:
             prompts = chat_workload(models.tokenizer, args.prompts, MAX_PROMPT, seed=args.seed)
             out["prompts"] = [len(p) for p in prompts]
-            out["head"] = str(find_head(gguf))               # the folder method="eagle" found
+            out["head"] = str(args.head or find_head(gguf))  # the folder method="eagle" found
         runners = []
         for name, method, k in row_specs(args.k, not args.no_auto):
             spec = spec_config(method, k, 8, False, {})
@@ -116,6 +116,7 @@ def main() -> int:
     ap.add_argument("--no-auto", action="store_true", help="leave out eagle k=auto")
     ap.add_argument("--weights", nargs="+", default=["float32", "int8"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--head", type=Path, help="a head folder to try (default: the shipped one, by the file's hash)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     torch.set_num_threads(2)
