@@ -56,7 +56,7 @@ def measure(args, log) -> dict:
         runners = []
         for name, method, k in row_specs(args.k, not args.no_auto):
             spec = spec_config(method, k, 8, False, {})
-            runners.append(SpecdecRunner(name, models, spec, f"{weights}, k={k}", 2,
+            runners.append(SpecdecRunner(name, models, spec, f"{weights}, k={k}", args.threads,
                                          max(out["prompts"]) + args.new_tokens + 16))
         for mode in ("greedy", "T=1"):
             runs = {r.name: [] for r in runners}
@@ -90,11 +90,12 @@ def measure(args, log) -> dict:
     return out
 
 
-def markdown(out: dict, command: str, machine: dict) -> str:
+def markdown(out: dict, command: str, machine: dict, new_tokens: int) -> str:
     lines = [f"# EAGLE head for SmolLM2-135M-Instruct: held-out ShareGPT first turns\n",
              f"{machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}. "
              f"{len(out['prompts'])} prompts (rendered lengths {min(out['prompts'])}-{max(out['prompts'])} "
-             f"tokens), batch 1, 128 new tokens, fresh engine per prompt, medians over prompts.\n",
+             f"tokens), batch 1, {new_tokens} new tokens, fresh engine per prompt, medians over prompts; "
+             f"the head's linears int8 (the proposer's default).\n",
              "```bash", command, "```\n",
              "| weights | sampling | row | tokens/s | speed-up over plain (median, range) | acceptance | "
              "repetition | output identical to plain |", "|---|---|---|---:|---|---:|---:|---|"]
@@ -116,16 +117,17 @@ def main() -> int:
     ap.add_argument("--no-auto", action="store_true", help="leave out eagle k=auto")
     ap.add_argument("--weights", nargs="+", default=["float32", "int8"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--head", type=Path, help="a head folder to try (default: the shipped one, by the file's hash)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     t0 = time.time()
     out = measure(args, lambda s: print(s, flush=True))
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
     flags = open("/proc/cpuinfo").read()
-    machine = {"cpu": cpu + (" (AVX-512 bf16)" if "avx512_bf16" in flags else ""), "threads": 2,
+    machine = {"cpu": cpu + (" (AVX-512 bf16)" if "avx512_bf16" in flags else ""), "threads": args.threads,
                "torch": torch.__version__}
     command = "python benchmarks/eagle_smollm2.py " + " ".join(
         f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}" for k, v in vars(args).items()
@@ -133,8 +135,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"machine": machine, "command": command, **out,
                                                        "wall_s": time.time() - t0}, indent=1))
-    (args.out / "table.md").write_text(markdown(out, command, machine))
-    print(markdown(out, command, machine))
+    (args.out / "table.md").write_text(markdown(out, command, machine, args.new_tokens))
+    print(markdown(out, command, machine, args.new_tokens))
     return 0
 
 
