@@ -103,13 +103,16 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
 
 def feature_head(target: LlamaModel, target_path: Path, method: str | None, head: str | Path | None
                  ) -> FeatureHead | None:
-    """The feature head a method needs: `head` where named; for eagle without one, the shipped
-    head trained for this target (`find_head`); for mtp, the target checkpoint's own MTP layer."""
+    """The feature head a method needs: `head` where named; for eagle (and auto, whose eagle arm
+    reads it) without one, the shipped head trained for this target (`find_head`); for mtp, the
+    target checkpoint's own MTP layer."""
     if method == "mtp":
         if head is not None:
             raise ConfigError("--head names an EAGLE head; --method mtp reads the target checkpoint's own MTP layers")
         return load_mtp(target_path, target)
-    if head is None and method == "eagle":
+    if head is None and method == "auto":
+        head = find_head(target_path)         # an arm where auto_arms names eagle; else unused
+    elif head is None and method == "eagle":
         head = find_head(target_path)
         if head is None:
             raise ConfigError("method 'eagle' needs a feature head trained for this target: --head DIR "

@@ -171,3 +171,7 @@ def test_method_eagle_finds_the_shipped_head_and_equals_plain_greedy(gguf_path, 
         [out] = llm.chat(msgs, SamplingParams(max_new_tokens=SPEC_TOKENS))
         assert out.token_ids == plain_greedy(target, [out.prompt_token_ids], SPEC_TOKENS)[0]
     assert llm.engine.metrics.num_accepted_tokens > 0
+    auto = LLM(target=gguf_path, method="auto", k=4, auto_arms="ngram,eagle", max_batch=1, max_model_len=512,
+               threads=1)                                  # auto's eagle arm reads the same head, unasked
+    [out] = auto.chat(chats(1, seed=17)[0], SamplingParams(max_new_tokens=SPEC_TOKENS))
+    assert out.token_ids == plain_greedy(target, [out.prompt_token_ids], SPEC_TOKENS)[0]
