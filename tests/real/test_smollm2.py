@@ -164,7 +164,10 @@ def test_method_eagle_finds_the_shipped_head_and_equals_plain_greedy(gguf_path, 
     is found by the file's hash, with no head named; its greedy output is plain's."""
     from specdec import LLM, SamplingParams
     from specdec.build import find_head
-    assert find_head(gguf_path).name == "eagle-smollm2"
+    from specdec.defaults import MODELS_DIR
+    if not (MODELS_DIR / "eagle-smollm2" / "config.json").exists():
+        pytest.skip("no head shipped for SmolLM2-135M-Instruct (specdec/bundled/eagle-smollm2/)")
+    assert find_head(gguf_path) == MODELS_DIR / "eagle-smollm2"
     torch.set_num_threads(1)
     llm = LLM(target=gguf_path, method="eagle", k=4, max_batch=1, max_model_len=512, threads=1)
     for msgs in chats(2, seed=13):
