@@ -28,8 +28,8 @@ N_PROMPTS = 64        # corpus prompts the target continues, greedy and sampled:
 PROMPT_TOKENS = 64    # each prompt's length
 NEW_TOKENS = 224      # each continuation's: prompt + continuation = 288 tokens, a 256-window with room
 N_CHAT_PROMPTS = 320  # chat first turns the target answers, greedy and sampled: 640 replies
-CHAT_DRAFT_VOCAB = 8192  # chat is wider than code: SmolLM2's 4096 most frequent tokens cover 85% of
-                         # ShareGPT's replies, 8192 91%, 16384 96%; each row is read every draft step
+CHAT_DRAFT_VOCAB = 8192  # chat is wider than code: of SmolLM2's own replies, its 4096 most frequent
+                         # tokens cover 85%, 8192 91%, 16384 95%; each row is read every draft step
 TEXT_EVERY = 3        # chat data: every TEXT_EVERY-th batch is ShareGPT's replies, the rest the target's
 
 
