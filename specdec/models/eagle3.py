@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from safetensors import SafetensorError
@@ -120,7 +121,7 @@ def differences(head: Eagle3Head, target: ModelConfig, target_lm_head: torch.Ten
     return out
 
 
-def refuse_eagle3(path: str | Path, target) -> None:
+def refuse_eagle3(path: str | Path, target) -> NoReturn:
     """Read and check the EAGLE-3 head in `path`, then raise a ConfigError naming how it differs
     from specdec's feature head on `target` (a LlamaModel)."""
     head = read_eagle3(path)
