@@ -31,12 +31,12 @@ from .costs.cost_model import CostModel
 from .costs.prior import prior_costs
 from .costs.profiling import grid_rows
 from .proposers.tree_size import tree_profile
-from .defaults import default_draft, default_head, default_target, shipped_heads
+from .defaults import default_draft, default_head, default_target
 from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy
 from .errors import CheckpointError, ConfigError
 from .models.feature_head import FeatureHead
-from .models.head_loader import load_head, load_mtp, shipped_head
+from .models.head_loader import load_head, load_mtp, shipped_head, shipped_heads
 from .models.llama import LlamaModel
 from .models.memory import require
 from .models.loader import load_model, load_tokenizer

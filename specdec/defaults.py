@@ -44,16 +44,6 @@ def default_head() -> Path | None:
     return head if (head / "config.json").exists() else None
 
 
-def shipped_heads() -> list[Path]:
-    """Every EAGLE head folder among the bundled ones (each names its target by weights hash;
-    `build.feature_head` picks the one trained for the target it is given)."""
-    from .models.feature_head import HEAD_ARCHITECTURE        # a head folder's config.json names it
-    if not MODELS_DIR.is_dir():
-        return []
-    return [d for d in sorted(MODELS_DIR.iterdir())
-            if (d / "config.json").is_file() and HEAD_ARCHITECTURE in (d / "config.json").read_text()]
-
-
 def cache_dir() -> Path:
     """Where measured tables and corpus token streams are cached ($SPECDEC_CACHE or ~/.cache/specdec)."""
     d = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))

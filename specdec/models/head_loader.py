@@ -19,9 +19,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..defaults import MODELS_DIR
 from ..errors import CheckpointError
 from .eagle3 import is_eagle3, refuse_eagle3
-from .feature_head import FeatureHead, HeadConfig, check_compatible
+from .feature_head import HEAD_ARCHITECTURE, FeatureHead, HeadConfig, check_compatible
 from .llama import LlamaModel
 
 MTP_KEY = "num_nextn_predict_layers"    # DeepSeek-V3's config field: how many MTP layers follow
@@ -49,6 +50,15 @@ def weights_sha256(checkpoint: str | Path) -> str:
             for chunk in iter(lambda: fh.read(1 << 22), b""):
                 h.update(chunk)
     return h.hexdigest()
+
+
+def shipped_heads() -> list[Path]:
+    """Every EAGLE head folder among the bundled ones (each names its target by weights hash;
+    `shipped_head` picks the one trained for a given target)."""
+    if not MODELS_DIR.is_dir():
+        return []
+    return [d for d in sorted(MODELS_DIR.iterdir())
+            if (d / "config.json").is_file() and HEAD_ARCHITECTURE in (d / "config.json").read_text()]
 
 
 def shipped_head(target_path: str | Path, folders: list[Path]) -> Path | None:
