@@ -6,6 +6,11 @@ in throughput beside the fully calibrated path (`specdec profile` first).
     python benchmarks/cold_start.py serve [--method draft]
     python benchmarks/cold_start.py throughput [--methods ...] [--prompts 4] [--repeats 3] [--new-tokens 256]
     python benchmarks/cold_start.py all --out benchmarks/results/first_token
+    python benchmarks/cold_start.py all --target SmolLM2-135M-Instruct.Q4_1.gguf --methods ngram,suffix,layerskip,auto
+
+--target: another checkpoint than the bundled pair (a folder or a GGUF file, with no draft of
+its own); the throughput prompts are then held-out ShareGPT first turns through its chat template
+(`specdec[data]`) where it has one.
 
 The specdec measured is the one of the checkout this script is in (or $SPECDEC_CODE's, e.g. an
 older commit's `git archive` for a before/after), whatever is installed. Start-up: each run is
@@ -90,11 +95,11 @@ def child_generate(argv: list[str]) -> int:
     return main(["generate", *argv])
 
 
-def child_llm() -> int:
+def child_llm(target: str | None, method: str | None) -> int:
     import specdec.api.llm as api
     from specdec import LLM, SamplingParams
     _wrap_load(api)
-    llm = LLM()
+    llm = LLM(target=target, method=method)
     _stamp("ready")
     llm.generate([PROMPT], SamplingParams(max_new_tokens=1))
     _stamp("first")
@@ -161,11 +166,16 @@ def _stamps(stderr: str) -> dict[str, float]:
     return {line.split()[0][1:]: float(line.split()[1]) for line in stderr.splitlines() if line.startswith("@")}
 
 
-def first_token(method: str, threads: int) -> dict:
+def _target_args(target: Path | None) -> list[str]:
+    return [] if target is None else ["--target", str(target)]
+
+
+def first_token(method: str, threads: int, target: Path | None = None) -> dict:
     cache = Path(tempfile.mkdtemp(prefix="specdec-cold-"))
     try:
         t0 = time.time()
-        proc = _spawn("generate", ["--prompt", PROMPT, "--method", method, "--max-new-tokens", "32"], cache, threads)
+        proc = _spawn("generate", ["--prompt", PROMPT, "--method", method, "--max-new-tokens", "32",
+                                   *_target_args(target)], cache, threads)
         out, err = proc.communicate(timeout=START_TIMEOUT_S)
         s = _stamps(err)
         if proc.returncode or "first" not in s:
@@ -176,11 +186,11 @@ def first_token(method: str, threads: int) -> dict:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def llm_ready(threads: int) -> dict:
+def llm_ready(threads: int, target: Path | None = None, method: str | None = None) -> dict:
     cache = Path(tempfile.mkdtemp(prefix="specdec-cold-"))
     try:
         t0 = time.time()
-        proc = _spawn("llm", [], cache, threads)
+        proc = _spawn("llm", [*_target_args(target), *(["--method", method] if method else [])], cache, threads)
         _out, err = proc.communicate(timeout=START_TIMEOUT_S)
         s = _stamps(err)
         if proc.returncode or "ready" not in s:
@@ -191,7 +201,7 @@ def llm_ready(threads: int) -> dict:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def serve_ready(method: str, threads: int) -> dict:
+def serve_ready(method: str, threads: int, target: Path | None = None) -> dict:
     import httpx
     import socket
     with socket.socket() as sock:
@@ -205,7 +215,7 @@ def serve_ready(method: str, threads: int) -> dict:
         with open(err_path, "w") as err_file:
             env = _env(cache)
             proc = subprocess.Popen([sys.executable, __file__, "_child-serve", "--method", method, "--port", str(port),
-                                     "--log-level", "warning", "--threads", str(threads)],
+                                     "--log-level", "warning", "--threads", str(threads), *_target_args(target)],
                                     stdout=subprocess.DEVNULL, stderr=err_file, env=env, text=True)
             t_health = None
             while t_health is None:
@@ -232,7 +242,7 @@ def serve_ready(method: str, threads: int) -> dict:
 
 
 def throughput(methods: list[str], n_prompts: int, repeats: int, new_tokens: int, threads: int,
-               control: bool = False) -> dict:
+               control: bool = False, target: Path | None = None) -> dict:
     """Cold vs calibrated tok/s per method (see the module doc); `control`: each pair also runs
     the calibrated path a second time, whose ratio to the first is the comparison's noise floor."""
     import torch
@@ -247,11 +257,15 @@ def throughput(methods: list[str], n_prompts: int, repeats: int, new_tokens: int
     root = Path(tempfile.mkdtemp(prefix="specdec-throughput-"))
     calibrated = root / "calibrated"
     os.environ["SPECDEC_CACHE"] = str(calibrated)
-    models = load_models(method="eagle")                   # the bundled pair and the bundled head
-    tok = models.tokenizer
-    half = max(1, n_prompts // 2)
-    prompts = (load_workload("code", tok, n=half, prompt_tokens=64)
-               + load_workload("prose", tok, n=n_prompts - half, prompt_tokens=64))
+    if target is None:
+        models = load_models(method="eagle")               # the bundled pair and the bundled head
+        half = max(1, n_prompts // 2)
+        prompts = (load_workload("code", models.tokenizer, n=half, prompt_tokens=64)
+                   + load_workload("prose", models.tokenizer, n=n_prompts - half, prompt_tokens=64))
+    else:                                                  # a real checkpoint: its own chat prompts
+        from specdec.analysis.conversations import chat_workload
+        models = load_models(target=target, method="eagle" if "eagle" in methods else None)
+        prompts = chat_workload(models.tokenizer, n_prompts, max_tokens=256)
     params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
     config = EngineConfig(max_batch=1, max_model_len=models.target.config.max_position_embeddings)
     out = {}
@@ -308,7 +322,8 @@ def throughput(methods: list[str], n_prompts: int, repeats: int, new_tokens: int
 
 
 def render(results: dict) -> str:
-    lines = [f"CPU: {results['cpu']}; torch threads {results['threads']}; {results['date']}", ""]
+    lines = [f"CPU: {results['cpu']}; torch threads {results['threads']}; {results['date']}; "
+             f"target: {results.get('target') or 'the bundled pair'}", "", f"`{results['command']}`", ""]
     if "first_token" in results:
         lines += ["## specdec generate --prompt \"def f(x):\" (k = auto, empty cache)", "",
                   "| method | load s (incl. compiling the decoder) | first token after load, s |", "|---|---:|---:|"]
@@ -346,46 +361,51 @@ def main(argv=None) -> int:
         kind, rest = argv[0], argv[1:]
         if kind == "_child-llm":
             import torch
-            torch.set_num_threads(int(rest[rest.index("--threads") + 1]))
-            return child_llm()
+            opt = lambda name: rest[rest.index(name) + 1] if name in rest else None  # noqa: E731
+            torch.set_num_threads(int(opt("--threads")))
+            return child_llm(opt("--target"), opt("--method"))
         return {"_child-generate": child_generate, "_child-serve": child_serve}[kind](rest)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["first-token", "llm", "serve", "throughput", "all"])
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--method", default="draft", help="serve's method")
+    ap.add_argument("--method", help="serve's and LLM()'s method (default: serve's draft, LLM()'s own default)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--control", action="store_true",
                     help="throughput: run the calibrated path twice per pair (the noise floor)")
+    ap.add_argument("--target", type=Path, help="a checkpoint folder or GGUF file instead of the bundled pair")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
     results: dict = {"cpu": cpu_model(), "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                     "command": " ".join(["python", "benchmarks/cold_start.py", *argv])}
+                     "command": " ".join(["python", "benchmarks/cold_start.py", *argv]),
+                     "target": args.target and args.target.name}
     if args.what in ("first-token", "all"):
         results["first_token"] = []
         for m in methods:
-            results["first_token"].append(quietly(first_token, m, args.threads))
+            results["first_token"].append(quietly(first_token, m, args.threads, args.target))
             r = results["first_token"][-1]
             print(f"generate --method {m}: load {r['load_s']:.2f} s, first token {r['first_token_after_load_s']:.2f} s "
                   "after load", flush=True)
     if args.what in ("llm", "all"):
-        results["llm"] = quietly(llm_ready, args.threads)
+        results["llm"] = quietly(llm_ready, args.threads, args.target, args.method)
         print(f"LLM(): ready {results['llm']['ready_after_load_s']:.2f} s after load", flush=True)
     if args.what in ("serve", "all"):
-        results["serve"] = quietly(serve_ready, args.method, args.threads)
+        results["serve"] = quietly(serve_ready, args.method or "draft", args.threads, args.target)
         print(f"serve: /health {results['serve']['health_after_load_s']:.2f} s, chat "
               f"{results['serve']['chat_after_load_s']:.2f} s after load", flush=True)
     if args.what in ("throughput", "all"):
         results["throughput"] = throughput(methods, args.prompts, args.repeats, args.new_tokens, args.threads,
-                                           args.control)
+                                           args.control, args.target)
     text = render(results)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         name = args.what.replace("-", "_")
+        if args.target is not None:            # beside the bundled pair's files: smollm2_first_token.md, ..
+            name = f"{args.target.stem.split('-')[0].lower()}_{name}"
         (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
         (args.out / f"{name}.md").write_text(text)
     return 0

@@ -36,7 +36,7 @@ from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy
 from .errors import CheckpointError, ConfigError
 from .models.feature_head import FeatureHead
-from .models.head_loader import load_head, load_mtp
+from .models.head_loader import load_head, load_mtp, shipped_head, shipped_heads
 from .models.llama import LlamaModel
 from .models.memory import require
 from .models.loader import load_model, load_tokenizer
@@ -103,19 +103,30 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
 
 def feature_head(target: LlamaModel, target_path: Path, method: str | None, head: str | Path | None
                  ) -> FeatureHead | None:
-    """The feature head a method needs: `head` where named; for eagle without one, the bundled
-    head when the target is the bundled target; for mtp, the target checkpoint's own MTP layer."""
+    """The feature head a method needs: `head` where named; for eagle (and auto, whose eagle arm
+    reads it) without one, the shipped head trained for this target (`find_head`); for mtp, the
+    target checkpoint's own MTP layer."""
     if method == "mtp":
         if head is not None:
             raise ConfigError("--head names an EAGLE head; --method mtp reads the target checkpoint's own MTP layers")
         return load_mtp(target_path, target)
-    if head is None and method == "eagle":
-        bundled = default_head()
-        if bundled is None or target_path.resolve() != default_target().resolve():
+    if head is None and method == "auto":
+        head = find_head(target_path)         # an arm where auto_arms names eagle; else unused
+    elif head is None and method == "eagle":
+        head = find_head(target_path)
+        if head is None:
             raise ConfigError("method 'eagle' needs a feature head trained for this target: --head DIR "
-                              "(`specdec train eagle --target DIR --out DIR` trains one)")
-        head = bundled
+                              "(`specdec train eagle --target DIR_OR_GGUF --out DIR` trains one)")
     return load_head(head, target, target_path) if head is not None else None
+
+
+def find_head(target_path: Path) -> Path | None:
+    """The shipped EAGLE head for the checkpoint at `target_path`: the bundled head for the
+    bundled target, else the bundled head folder that names this checkpoint's weights hash (a
+    GGUF file as its package ships it, say); None where there is none."""
+    if target_path.resolve() == default_target().resolve():
+        return default_head()
+    return shipped_head(target_path, shipped_heads())
 
 
 def spec_config(method: str | None, k: int | str, k_max: int, has_draft: bool,

@@ -2,6 +2,7 @@
 docs/architecture.md shows the graph as it is."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -44,7 +45,6 @@ RUNNER = {"specdec/models/runner.py"}      # the one place the fast path is chos
 
 def _native_touches(path: Path) -> list[str]:
     """`x.native` attributes and getattr(x, "native", ...) probes in a file, as 'file:line'."""
-    import ast
     hits, name = [], path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Attribute) and node.attr in ("native", "graphs"):
@@ -79,3 +79,19 @@ def test_the_native_checker_sees_a_probe(tmp_path):
     f = tmp_path / "probe.py"
     f.write_text("def f(m):\n    return getattr(m, 'native', None) or m.native\n")
     assert _native_touches(f) == ["probe.py:2", "probe.py:2"]
+
+
+ROW_MOVERS = {"specdec/models/kv_cache.py:KVCache.move_row", "specdec/engine/rows.py:RowTable.move"}
+
+
+def test_rows_move_in_two_places():
+    """Compacting rows is one operation: the row table moves every owner's per-row state
+    (`RowSlots` and KV caches, declared by `row_state()`), and the cache moves its own rows.
+    No proposer or policy defines a row mover of its own."""
+    movers = set()
+    for path in sorted((ROOT / "specdec").rglob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if isinstance(cls, ast.ClassDef):
+                movers |= {f"{path.relative_to(ROOT)}:{cls.name}.{f.name}" for f in cls.body
+                           if isinstance(f, ast.FunctionDef) and f.name in ("move_row", "move", "move_rows")}
+    assert movers == ROW_MOVERS

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINTS = ("target", "draft", "draft-distill")
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                     "tokenizer_config.json")
+HEAD_FILES = ("config.json", "model.safetensors", "README.md")   # a feature head folder's
 WHEEL_LIMIT_MB = 100   # PyPI's default upload limit per file
 STEP_TIMEOUT_S = 300   # each build/install/run step takes seconds; a stuck one fails the test
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # the installed commands decode on one core, as the suite does
@@ -93,6 +94,9 @@ def test_a_built_wheel_works_from_a_fresh_venv_outside_the_checkout(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"specdec/py.typed", f"specdec/{BUNDLED}/tokenizer.json"} <= names
     assert all(f"specdec/{BUNDLED}/{c}/{f}" in names for c in CHECKPOINTS for f in CHECKPOINT_FILES)
+    heads = [d.name for d in bundled_dir().iterdir()           # the bundled target's head, and any other shipped
+             if "SpecdecFeatureHead" in ((d / "config.json").read_text() if (d / "config.json").is_file() else "")]
+    assert "eagle" in heads and all(f"specdec/{BUNDLED}/{h}/{f}" in names for h in heads for f in HEAD_FILES)
 
     # The venv sees this environment's installed packages (torch and the other dependencies)
     # through a .pth file, whatever this interpreter is: the system's, a venv's or a conda

@@ -31,9 +31,9 @@ TIERS = {
     "engine": 5,
     "adaptive": 6,
     "build": 7,
-    "train": 8,
-    "server": 9,
-    "analysis": 10,
+    "server": 8,
+    "analysis": 9,
+    "train": 10,                 # above analysis: training reads its chat data (analysis/conversations.py)
     "commands": 11, "api": 11,   # the command line and the Python API: siblings, above analysis
     "cli": 12, "__init__": 12, "__main__": 13,
 }

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..batch import RowSlots
+
 PRIOR_MEAN = 0.8        # optimistic: an untried proposer is worth trying, and one round corrects it
 PRIOR_N = 2.0           # the proposer prior weighs 2 observations: its first rounds' evidence dominates
 ROW_PRIOR_N = 6.0       # a new request borrows 6 rounds of its proposer's record: its own first few
@@ -27,38 +29,41 @@ PROPOSER_DECAY = 0.98   # per round of its mode, drafted or not: ~50 rounds of e
                         # the proposer relaxes toward the prior over ~35 rounds
 
 
+class _RowRecord:
+    """One request's own record: its verification mode and, per proposer key, its decayed
+    successes and failures at each draft position."""
+    __slots__ = ("mode", "counts")
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.counts: dict = {}                      # proposer key -> (2, k_max) successes, failures
+
+
 class AcceptanceTracker:
     def __init__(self, k_max: int):
         self.k_max = k_max
-        self.row_counts: dict = {}                  # proposer key -> (R, 2, k_max) decayed successes, failures
-        self.rows_mode: list[str] = []              # each row's SamplingParams.verification, set by start
+        self.rows = RowSlots()                      # row -> _RowRecord, set by start; moved and freed
+                                                    # by the engine's row table (`row_state`)
         self.keys: dict = {}                        # (proposer key, mode) -> (2, k_max) successes, failures
         self._pos = np.arange(k_max + 1)            # draft positions 0..k_max
-        self._queue: list[tuple] = []               # rounds not folded in yet
+        self._queue: list[tuple] = []               # rounds not folded in yet, each with its rows' records
 
     def start(self, row: int, mode: str) -> None:
-        self.flush()
-        self.rows_mode += [mode] * (row + 1 - len(self.rows_mode))
-        self.rows_mode[row] = mode
-        for counts in self.row_counts.values():
-            if row < len(counts):
-                counts[row] = 0.0
+        self.rows[row] = _RowRecord(mode)
 
-    def move_row(self, src: int, dst: int) -> None:
-        self.flush()
-        self.rows_mode[dst] = self.rows_mode[src]
-        for key in self.row_counts:
-            counts = self.rows_of(key, max(src, dst) + 1)
-            counts[dst] = counts[src]
+    def _record(self, row: int) -> _RowRecord:
+        rec = self.rows.get(row)
+        if rec is None:                             # a row never started (a direct caller): greedy-standard
+            rec = self.rows[row] = _RowRecord("standard")
+        return rec
 
-    def rows_of(self, key, n: int = 0) -> np.ndarray:
-        """(R >= n, 2, k_max) the requests' own decayed successes and failures with proposer `key`."""
-        counts = self.row_counts.get(key, np.zeros((0, 2, self.k_max)))
-        if len(counts) < n:
-            counts = np.concatenate([counts, np.zeros((n - len(counts), 2, self.k_max))])
-        if key in self.row_counts or n:
-            self.row_counts[key] = counts
-        return counts
+    def rows_of(self, key, n: int | None = None) -> np.ndarray:
+        """(n, 2, k_max) the requests' own decayed successes and failures with proposer `key`
+        (a copy: rows [0, n), every started row by default)."""
+        self.flush()
+        n = max(self.rows, default=-1) + 1 if n is None else n
+        zero = np.zeros((2, self.k_max))
+        return np.array([self._record(b).counts.get(key, zero) for b in range(n)]).reshape(n, 2, self.k_max)
 
     def proposer_means(self, key, mode: str) -> np.ndarray:
         """(k_max,) E[a_j] at the proposer level, for rows verified in `mode`."""
@@ -73,7 +78,7 @@ class AcceptanceTracker:
     def row_means(self, key, n: int) -> np.ndarray:
         """(n, k_max) E[a_j] for rows [0, n), each from its own mode's proposer means."""
         counts = self.rows_of(key, n)
-        modes, s, f = self.rows_mode[:n], counts[:n, 0], counts[:n, 1]
+        modes, s, f = [self._record(b).mode for b in range(n)], counts[:, 0], counts[:, 1]
         means = {md: self.proposer_means(key, md) for md in set(modes)}
         prior = (next(iter(means.values()))[None] if len(means) == 1                # one mode: (1, k_max)
                  else np.array([means[md] for md in modes]).reshape(n, self.k_max))
@@ -101,12 +106,13 @@ class AcceptanceTracker:
                accept_prob: list[list[float]] | None = None) -> None:
         """A round that asked for k drafts: row b made num_draft[b] and had accepted[b] of them
         accepted; accept_prob[b][j], where given, is draft j's acceptance probability."""
-        self._queue.append((key, k, num_draft, accepted, accept_prob))
+        recs = [self._record(b) for b in range(len(num_draft))]       # the rows as they are now: the
+        self._queue.append((key, k, num_draft, accepted, accept_prob, recs))   # table may move them
 
     def flush(self) -> None:
         """Fold the queued rounds in, in order, each run of rounds alike in kind at once."""
         queue, self._queue = self._queue, []
-        kind = lambda r: (r[0], r[1], len(r[2]), None if r[4] is None else len(r[4][0]))  # noqa: E731
+        kind = lambda r: (r[0], r[1], None if r[4] is None else len(r[4][0]), tuple(map(id, r[5])))  # noqa: E731
         while queue:
             n = next((i for i, r in enumerate(queue) if kind(r) != kind(queue[0])), len(queue))
             self._fold(queue[:n])
@@ -114,12 +120,14 @@ class AcceptanceTracker:
 
     def _fold(self, rounds: list[tuple]) -> None:
         key, k, B, R, K = rounds[0][0], rounds[0][1], len(rounds[0][2]), len(rounds), self.k_max
-        modes = self.rows_mode[:B]
+        recs = rounds[0][5]                          # a run alike in kind holds the same requests
+        modes = [r.mode for r in recs]
         stats = {md: self.keys.setdefault((key, md), np.zeros((2, K))) for md in set(modes)}  # (s, f) each
         for g in stats.values():
             g *= PROPOSER_DECAY ** R
-        for counts in self.row_counts.values():          # a request's record ages with its rounds, any arm's
-            counts[:B] *= ROW_DECAY ** (R if k else 2 * R)                       # plain rounds: squared
+        for rec in recs:                                 # a request's record ages with its rounds, any arm's
+            for counts in rec.counts.values():
+                counts *= ROW_DECAY ** (R if k else 2 * R)                       # plain rounds: squared
         if k == 0:                                                               # no evidence: relax
             return
         made, m = (np.array([r[i] for r in rounds])[..., None] for i in (2, 3))   # (R, B, 1) each
@@ -133,6 +141,7 @@ class AcceptanceTracker:
         hit = np.where(seen, hit, 0.0)
         both = np.stack([hit, seen - hit])                                       # (2, R, B, K)
         w_row, w_key = (d ** np.arange(R - 1, -1, -1.0) for d in (ROW_DECAY, PROPOSER_DECAY))  # the rounds after
-        self.rows_of(key, B)[:B] += np.einsum("r,xrbk->bxk", w_row, both)
+        for rec, add in zip(recs, np.einsum("r,xrbk->bxk", w_row, both)):       # (B, 2, K)
+            rec.counts[key] = rec.counts.get(key, 0.0) + add
         for md, g in stats.items():                                              # a mode counts its rows
             g += np.einsum("r,xrbk->xk", w_key, both[:, :, [x == md for x in modes]])

@@ -80,11 +80,16 @@ def self_prompts(target, n: int = 2, length: int = 24, seed: int = 0) -> list[li
     """`n` prompts of `length` tokens sampled from the target itself after BOS (temperature 1)."""
     g = torch.Generator().manual_seed(seed)
     bos = target.config.bos_token_id if target.config.bos_token_id is not None else 0
-    ids = torch.full((n, 1), bos, dtype=torch.long)
-    for _ in range(length - 1):
-        pos = torch.arange(ids.shape[1])[None].expand(n, -1)
-        probs = torch.softmax(target(ids, pos)[:, -1].float(), -1)                 # (n, V)
-        ids = torch.cat([ids, torch.multinomial(probs, 1, generator=g)], 1)
+    ids = torch.full((n, 1), bos, dtype=torch.long, device=target.device)
+    cache = target.new_cache(n, length)            # one cached step per token, as decoding runs
+    with torch.inference_mode():
+        for t in range(length - 1):
+            pos = torch.full((n, 1), t, dtype=torch.long, device=target.device)
+            logits = target(ids[:, -1:], pos, cache)                                 # (n, 1, V)
+            for row in range(n):
+                cache.advance(row, 1)
+            probs = torch.softmax(logits[:, -1].float(), -1).cpu()                  # (n, V)
+            ids = torch.cat([ids, torch.multinomial(probs, 1, generator=g).to(ids.device)], 1)
     return ids.tolist()
 
 

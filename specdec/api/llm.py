@@ -37,7 +37,8 @@ class LLM:
     model: vLLM's name for `target` (give one or the other).
     method: the proposer (draft, ngram, suffix, layerskip, eagle, mtp, auto or none); default:
         draft when a draft is loaded, else none.
-    head: eagle's feature head (default: the bundled head, for the bundled target).
+    head: eagle's feature head (default: the shipped head trained for the target, found by
+        its weights hash: build.find_head).
     k: draft tokens per round: 0..16, "auto" (adaptive, the default) or "heuristic".
     tree: 0 (chains), or a token tree's node budget per round, of depth k (a fixed k;
         methods draft, ngram and suffix; docs/trees.md).

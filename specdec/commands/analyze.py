@@ -16,7 +16,6 @@ from ..analysis.remote import add_remote_args
 from ..analysis.settings import FULL, QUICK, grid_settings
 from ..analysis.conversations import TURNS, encode_fitting, read_prompts
 from ..analysis.workloads import ANALYSIS_WORKLOADS, NAMED_ONLY, load_workload, long_prompt_tokens, pick_workloads
-from ..defaults import default_head
 from ..errors import ConfigError
 from .common import parse_tree, add_load_args, load_kwargs, add_method_args, spec_from_args
 
@@ -56,8 +55,9 @@ def add_parser(sub) -> None:
                         "beside every batch-1 chain, and compare them (the methods of generate --tree; default off)")
     p.add_argument("--compare", type=_list(str), default=[], metavar="M1,M2|auto",
                    help="also decode these methods at every batch-1 k, side by side with --method "
-                        "(e.g. draft,ngram; eagle uses --head or the bundled head); auto: every proposer "
-                        "this target has (draft and eagle where loaded, ngram, suffix, layerskip)")
+                        "(e.g. draft,ngram; eagle uses --head or the shipped head for the target); auto: every "
+                        "proposer this target has (a loaded draft, eagle where a head is found, ngram, suffix, "
+                        "layerskip)")
     p.add_argument("--batch-sizes", type=_list(int), help="e.g. 1,4,16")
     p.add_argument("--temperatures", type=_list(float), help="e.g. 0,0.7,1,1.5 (the first is the base)")
     p.add_argument("--quick", action="store_true", help="small grid that finishes in about 4 minutes")
@@ -144,7 +144,7 @@ def run(args) -> int:
         from ..analysis.remote import run_remote
         return run_remote(args)
     from ..analysis.session import Progress, analyze
-    from ..build import default_pair, load_models
+    from ..build import default_pair, find_head, load_models
 
     s = _settings(args)
     target, draft = default_pair(args.target, args.draft)
@@ -152,8 +152,8 @@ def run(args) -> int:
     with Progress(disabled=args.no_progress) as bars:
         bars.note("loading models and prompts")
         load = load_kwargs(args)
-        if "eagle" in args.compare and load["head"] is None and args.target is None and load["method"] != "mtp":
-            load["head"] = default_head()          # the bundled target's head, for the compared eagle
+        if {"eagle", "auto"} & set(args.compare) and load["head"] is None and load["method"] != "mtp":
+            load["head"] = find_head(target)       # the target's shipped head, for the compared eagle
         models = load_models(target, draft, **load)
         if args.method is None and models.draft is None:
             args.method = DEFAULT_FREE

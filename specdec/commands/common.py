@@ -45,7 +45,7 @@ def add_method_args(p, k_table: bool = True, tree: bool = True) -> None:
     p.add_argument("--method", help="proposer: draft, ngram, suffix, layerskip, eagle, mtp, auto or none "
                                     "(default: draft when a draft model is given, else none)")
     p.add_argument("--head", type=Path, metavar="DIR",
-                   help="eagle: the feature head (default: the bundled head, for the bundled target)")
+                   help="eagle: the feature head (default: the shipped head for the target, by its weights hash)")
     p.add_argument("--k", type=_k, default=None,
                    help="draft tokens per round: an integer 0..16, 'auto' (adaptive, default) or 'heuristic'")
     if k_table:

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--method", help="whose rounds to time: draft, ngram, suffix, layerskip, eagle, mtp or "
                                     "auto (default: draft when a draft model is loaded, else none: forwards only)")
-    p.add_argument("--head", type=Path, metavar="DIR", help="eagle: the feature head (default: the bundled head)")
+    p.add_argument("--head", type=Path, metavar="DIR", help="eagle: the feature head (default: the shipped head for the target)")
     p.add_argument("--max-batch", type=int, default=8,
                    help="time real rounds at batch rows 1, 2, 4, .. up to this (generate, serve and LLM() "
                         "default to 8)")

@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ..defaults import default_draft, default_head, default_target
+from ..defaults import default_draft, default_target
 from ..errors import ConfigError
 from .common import add_load_args, load_kwargs, add_method_args, read_template, spec_from_args
 
@@ -64,8 +64,9 @@ def run(args) -> int:
     if args.method not in (None, "draft") and args.draft is None:
         draft = None
     load = load_kwargs(args)
-    if load["head"] is None and args.target is None and args.method not in ("eagle", "mtp"):
-        load["head"] = default_head()      # the bundled pair's head: requests may ask for eagle
+    if load["head"] is None and args.method not in ("eagle", "mtp"):
+        from ..build import find_head
+        load["head"] = find_head(Path(target))   # the target's shipped head: requests may ask for eagle
     with _stop_at_once():                  # until the server is ready (then uvicorn's handlers)
         _serve(args, target, draft, load, template)
     return 0

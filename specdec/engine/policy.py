@@ -42,11 +42,6 @@ class KPolicy(ABC):
         """The policy's per-row `RowSlots` (batch.py), which the row table moves and frees."""
         return []
 
-    def move_row(self, src: int, dst: int) -> None:
-        """The engine moved the request in row `src` to row `dst`: only for a policy whose
-        per-row state is not yet in `row_state()` (the adaptive policy's acceptance counts,
-        numpy arrays indexed by row)."""
-
 
 class FixedK(KPolicy):
     name = "fixed"

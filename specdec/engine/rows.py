@@ -67,7 +67,6 @@ class RowTable:
                     store.pop(dst, None)
             else:
                 store.move_row(src, dst)
-        self.policy.move_row(src, dst)
         if src < len(self.seqs):
             self.seqs[dst] = self.seqs[src]
             self.seqs[dst].row = dst

@@ -43,12 +43,16 @@ class HeadConfig:
     max_position_embeddings: int = 2048
     target_architecture: str = "LlamaForCausalLM"
     target_sha256: str = ""             # of the target's weights file ("" for MTP: the same file)
+    target_bytes: int = 0               # that file's size (0: not recorded): looking a head up for a
+                                        # target hashes only a file of this size
 
     def __post_init__(self):
         for name in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                      "head_dim", "vocab_size", "draft_vocab_size"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 raise CheckpointError(f"head config: {name} must be a positive integer")
+        if not isinstance(self.target_bytes, int) or self.target_bytes < 0:
+            raise CheckpointError("head config: target_bytes must be a non-negative integer")
         if self.draft_vocab_size > self.vocab_size:
             raise CheckpointError(f"head config: draft_vocab_size {self.draft_vocab_size} exceeds the "
                                   f"vocabulary's {self.vocab_size}")
@@ -56,11 +60,13 @@ class HeadConfig:
             raise CheckpointError("head config: num_attention_heads must be a multiple of num_key_value_heads")
 
     @classmethod
-    def for_target(cls, cfg: ModelConfig, draft_vocab_size: int | None = None, sha256: str = "") -> "HeadConfig":
-        """A head shaped like one layer of `cfg`'s target."""
+    def for_target(cls, cfg: ModelConfig, draft_vocab_size: int | None = None, sha256: str = "",
+                   nbytes: int = 0) -> "HeadConfig":
+        """A head shaped like one layer of `cfg`'s target (whose weights hash `sha256` and
+        take `nbytes`, where known)."""
         return cls(cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                    cfg.head_dim, cfg.vocab_size, draft_vocab_size or cfg.vocab_size, cfg.rms_norm_eps,
-                   cfg.rope_theta, cfg.max_position_embeddings, cfg.architecture, sha256)
+                   cfg.rope_theta, cfg.max_position_embeddings, cfg.architecture, sha256, nbytes)
 
     @classmethod
     def from_dict(cls, d: dict) -> "HeadConfig":

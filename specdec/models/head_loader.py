@@ -19,26 +19,65 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..defaults import MODELS_DIR
 from ..errors import CheckpointError
-from .feature_head import FeatureHead, HeadConfig, check_compatible
+from .eagle3 import is_eagle3, refuse_eagle3
+from .feature_head import HEAD_ARCHITECTURE, FeatureHead, HeadConfig, check_compatible
 from .llama import LlamaModel
 
 MTP_KEY = "num_nextn_predict_layers"    # DeepSeek-V3's config field: how many MTP layers follow
 
 
+def weights_files(checkpoint: str | Path) -> list[Path]:
+    """A checkpoint's weights file(s): the file itself for a GGUF, else its safetensors."""
+    path = Path(checkpoint)
+    if path.is_file():
+        return [path]
+    return [path / "model.safetensors"] if (path / "model.safetensors").exists() else sorted(path.glob("*.safetensors"))
+
+
+def weights_bytes(checkpoint: str | Path) -> int:
+    """The size of a checkpoint's weights file(s)."""
+    return sum(f.stat().st_size for f in weights_files(checkpoint))
+
+
 def weights_sha256(checkpoint: str | Path) -> str:
     """SHA-256 of a checkpoint's weights file(s): what a head names as its target. A checkpoint
     that is one file (a GGUF) is hashed whole."""
-    path, h = Path(checkpoint), hashlib.sha256()
-    if path.is_file():
-        files = [path]
-    else:
-        files = [path / "model.safetensors"] if (path / "model.safetensors").exists() else sorted(path.glob("*.safetensors"))
-    for f in files:
+    h = hashlib.sha256()
+    for f in weights_files(checkpoint):
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 22), b""):
                 h.update(chunk)
     return h.hexdigest()
+
+
+def shipped_heads() -> list[Path]:
+    """Every EAGLE head folder among the bundled ones (each names its target by weights hash;
+    `shipped_head` picks the one trained for a given target)."""
+    if not MODELS_DIR.is_dir():
+        return []
+    return [d for d in sorted(MODELS_DIR.iterdir())
+            if (d / "config.json").is_file() and HEAD_ARCHITECTURE in (d / "config.json").read_text()]
+
+
+def shipped_head(target_path: str | Path, folders: list[Path]) -> Path | None:
+    """The first of `folders` (EAGLE head folders) whose config names the checkpoint at
+    `target_path` as its target, by weights hash; the target is hashed at most once, and only
+    when a head's recorded size (where it has one) is the target's."""
+    size, sha = weights_bytes(target_path), None
+    for folder in folders:
+        try:
+            d = json.loads((folder / "config.json").read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue                                   # not a head: load_head would say why
+        want = d.get("target_sha256") if isinstance(d, dict) else None
+        if not want or d.get("target_bytes") not in (None, 0, size):
+            continue
+        sha = sha or weights_sha256(target_path)
+        if want == sha:
+            return folder
+    return None
 
 
 def mtp_prefix(num_hidden_layers: int, i: int = 0) -> str:
@@ -94,6 +133,8 @@ def load_head(path: str | Path, target: LlamaModel, target_path: str | Path | No
         raise CheckpointError(f"corrupt config.json in {path}: {e}") from e
     if not isinstance(d, dict):
         raise CheckpointError(f"corrupt config.json in {path}: not an object")
+    if is_eagle3(d):
+        refuse_eagle3(path, target)                # a ConfigError naming what differs
     cfg = HeadConfig.from_dict(d)
     sha = weights_sha256(target_path) if target_path is not None and cfg.target_sha256 else None
     check_compatible(cfg, target.config, sha, f"the head in {path}")

@@ -40,12 +40,17 @@ def add_parser(sub) -> None:
     p.add_argument("--init", type=Path, help="start from this checkpoint's weights (a warm start; for "
                    "distill the student, default models/draft; for eagle a head; for unlikelihood "
                    "default --target)")
-    p.add_argument("--corpus", choices=CORPORA, default="extended",
-                   help="stdlib: the standard library's train split; extended (default): plus pinned "
-                        "third-party packages downloaded into the cache (train/packages.py)")
+    p.add_argument("--corpus", choices=CORPORA + ("sharegpt",),
+                   help="stdlib: the standard library's train split; extended (the default): plus pinned "
+                        "third-party packages downloaded into the cache (train/packages.py); sharegpt "
+                        "(eagle only; its default for a target with a chat template): ShareGPT V3's "
+                        "training split through the target's chat template, and the target's replies")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --work")
     p.add_argument("--tokens", type=int)
-    p.add_argument("--minutes", type=float)
+    p.add_argument("--minutes", type=float, help="the run's training time in all (the schedule's length)")
+    p.add_argument("--stop-after", type=float, metavar="MIN",
+                   help="end this invocation after MIN minutes of training, saved for --resume (a long "
+                        "run in pieces; the schedule still spans --minutes)")
     p.add_argument("--lr", type=float)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
@@ -88,7 +93,7 @@ def run(args) -> int:
                           f"{args.what} trains on the CPU")
     tc = TrainConfig(tokens=args.tokens or d["tokens"], minutes=args.minutes or d["minutes"],
                      lr=args.lr or d["lr"], threads=args.threads, seed=args.seed, batch=args.batch,
-                     device=args.device, bf16=args.bf16)
+                     device=args.device, bf16=args.bf16, stop_after=args.stop_after)
     out = args.out or Path("models") / ("draft-distill" if args.what == "distill" else args.what)
     if args.mtp is not None and args.what != "eagle":
         raise ConfigError("--mtp goes with `specdec train eagle`")
@@ -97,13 +102,19 @@ def run(args) -> int:
     if saved != args.resume:
         raise ConfigError(f"{work / 'state.pt'} exists: pass --resume to continue that run, or another --work"
                           if saved else f"--resume: no saved run in {work}")
-    stream = token_stream(tok, args.corpus)
-    batches = Batches(stream, tc.batch, tc.seq_len, tc.seed)
+    args.corpus = args.corpus or _default_corpus(args)
+    if args.corpus == "sharegpt" and args.what != "eagle":
+        raise ConfigError("--corpus sharegpt trains a feature head (`specdec train eagle`)")
     if args.what == "eagle":
         from .eagle_command import train_head
-        state = train_head(args, tc, tok, batches, work, out)
+        data = None
+        if args.corpus != "sharegpt":
+            data = tok, Batches(token_stream(tok, args.corpus), tc.batch, tc.seq_len, tc.seed)
+        state = train_head(args, tc, work, out, data)
         print(json.dumps({"out": str(out), **state}))
         return 0
+    stream = token_stream(tok, args.corpus)
+    batches = Batches(stream, tc.batch, tc.seq_len, tc.seed)
     if args.what == "distill":
         from .distill import distill_loss, mixed_batches
         teacher = load_model(args.target, prepare=False)
@@ -133,6 +144,16 @@ def run(args) -> int:
                   card_fn=lambda s: model_card(args.what, cfg, s, args.corpus, args.init))
     print(json.dumps({"out": str(out), **state}))
     return 0
+
+
+def _default_corpus(args) -> str:
+    """extended; for eagle on a target with a chat template, sharegpt (its users' chats)."""
+    if args.what != "eagle":
+        return "extended"
+    from ..models.loader import load_tokenizer
+    from .eagle_command import check_target
+    check_target(args.target)
+    return "sharegpt" if load_tokenizer(args.target).chat_template else "extended"
 
 
 def _init(model: LlamaModel) -> None:

@@ -42,6 +42,8 @@ class TrainConfig:
     threads: int = 2
     device: str = "cpu"
     bf16: bool = False                          # bf16 autocast on the CPU too (always on CUDA)
+    stop_after: float | None = None             # minutes this invocation trains before it saves and
+                                                # ends (the schedule spans `minutes`; --resume goes on)
 
     def __post_init__(self):
         for name in ("tokens", "batch", "seq_len", "warmup_steps", "threads"):
@@ -49,6 +51,8 @@ class TrainConfig:
                 raise ConfigError(f"training: {name} must be a positive integer, got {getattr(self, name)!r}")
         if not (self.minutes > 0 and self.lr > 0 and 0 <= self.min_lr_frac <= 1):
             raise ConfigError("training: minutes and lr must be positive, min_lr_frac in [0, 1]")
+        if self.stop_after is not None and not self.stop_after > 0:
+            raise ConfigError(f"training: --stop-after must be positive minutes, got {self.stop_after!r}")
         if not isinstance(self.bf16, bool):
             raise ConfigError(f"training: bf16 must be True or False, got {self.bf16!r}")
         if self.device not in ("cpu", "cuda"):
@@ -103,10 +107,11 @@ def train(model: LlamaModel, cfg: TrainConfig, batch_fn: Callable[[int], tuple],
 
     model.train()
     last_save, last_log, ema = time.time(), time.time(), None
+    stop_at = time.time() + cfg.stop_after * 60 if cfg.stop_after else float("inf")
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeRemainingColumn()) as bar:
         task = bar.add_task(export.name, total=1.0, info="")
-        while state["tokens"] < cfg.tokens and state["elapsed"] < budget_s:
+        while state["tokens"] < cfg.tokens and state["elapsed"] < budget_s and time.time() < stop_at:
             t0 = time.time()
             progress = max(state["tokens"] / cfg.tokens, state["elapsed"] / budget_s)
             for g in opt.param_groups:

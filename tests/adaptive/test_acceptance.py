@@ -25,7 +25,7 @@ def test_per_request_and_per_position_estimates():
     assert a[1, 0] > 0.8 and a[1, 1] < 0.3
     e = acc.expected_tokens("x", [100, 100])
     assert np.all(np.diff(e) > 0) and e[0] == 2.0
-    acc.move_row(0, 1)
+    acc.rows[1] = acc.rows.pop(0)                       # the row table moves row 0 to row 1
     assert np.allclose(acc.row_means("x", 2)[1], a[0])
     acc.start(2, "standard")
     for _ in range(20):
@@ -102,8 +102,8 @@ def test_queued_rounds_fold_in_exactly_as_one_at_a_time(with_beta):
         eager.flush()
         longest = max(longest, len(lazy._queue))
         if i == 30:
-            for t in (lazy, eager):
-                t.move_row(2, 0)
+            for t in (lazy, eager):                             # the row table moves row 2 to 0
+                t.rows[0] = t.rows.pop(2)
     assert longest >= 5                                         # runs of rounds were folded at once
     assert np.allclose(lazy.row_means("x", 3), eager.row_means("x", 3))
     assert all(np.allclose(a, b) for a, b in zip(lazy.keys[("x", "standard")], eager.keys[("x", "standard")]))
@@ -132,3 +132,18 @@ def test_a_requests_record_is_kept_per_proposer():
     for _ in range(20):
         acc.record("y", [4], [0], 4)
     assert acc.row_means("y", 1)[0, 0] < 0.2 and acc.row_means("x", 1)[0, 0] > 0.5
+
+
+def test_a_row_moved_while_its_rounds_are_queued_keeps_their_evidence():
+    """Rounds are folded in lazily; the row table may retire and move rows in between. Each
+    queued round counts toward the requests that ran it, wherever they live now."""
+    lazy, eager = _tracker(4, 2), _tracker(4, 2)
+    for acc, fold in ((lazy, False), (eager, True)):
+        acc.record("x", [4, 4], [0, 4], 4)               # row 0 rejects at once, row 1 accepts all
+        if fold:
+            acc.flush()
+        acc.rows[0] = acc.rows.pop(1)                     # row 0 finished: row 1's request moves up
+        acc.record("x", [4], [4], 4)
+    assert np.allclose(lazy.rows_of("x", 1), eager.rows_of("x", 1))
+    assert np.allclose(lazy.rows_of("x", 1)[0, 1], 0.0)   # no failure counted toward the moved request
+    assert lazy.rows_of("x", 1)[0, 0, 0] > 1.9            # both of its rounds succeeded at position 1

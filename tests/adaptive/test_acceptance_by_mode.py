@@ -67,8 +67,8 @@ def test_a_new_request_starts_from_its_own_modes_estimate():
     rows = acc.row_means("d", len(MODES))
     assert rows[0] == pytest.approx(acc.proposer_means("d", "invariant"))
     assert rows[-1] == pytest.approx(acc.proposer_means("d", "standard"))
-    acc.move_row(0, 4)                                                  # a row keeps its mode when moved
-    assert acc.rows_mode[4] == "invariant"
+    acc.rows[4] = acc.rows.pop(0)                                       # the row table moves row 0 to 4:
+    assert acc.rows[4].mode == "invariant"                              # it keeps its mode
     assert acc.row_means("d", 5)[4] == pytest.approx(acc.proposer_means("d", "invariant"))
 
 
@@ -82,8 +82,9 @@ def test_queued_rounds_of_a_mixed_batch_fold_in_as_one_at_a_time():
         eager.flush()
         longest = max(longest, len(lazy._queue))
         if i == 20:
-            for t in (lazy, eager):
-                t.move_row(12, 0)                                       # an invariant row into a greedy's slot
+            for t in (lazy, eager):                                     # the row table moves an invariant
+                t.rows[0] = t.rows.pop(12)                              # row into a greedy's slot, and a new
+                t.start(12, t.rows[0].mode)                             # request of its mode takes row 12
     assert longest >= 2                                                 # runs of rounds were folded at once
     assert np.allclose(lazy.row_means("d", len(MODES)), eager.row_means("d", len(MODES)))
     assert all(np.allclose(lazy.keys[key], eager.keys[key]) for key in eager.keys)
@@ -96,7 +97,7 @@ def test_the_policy_chooses_k_by_the_mode_of_the_rows_it_runs():
     assert (exact_choice(0.8), exact_choice(0.3), exact_choice(0.55)) == (2, 0, 1)
     sampled = {c: SamplingParams(temperature=1.0, coupling=c, max_new_tokens=1000) for c in ("standard", "invariant")}
     pol, batch = make_policy(LINEAR, proposer=FakeNgram(), params=[sampled["standard"], sampled["invariant"]])
-    assert pol.acc.rows_mode == ["standard", "invariant"]
+    assert [pol.acc.rows[b].mode for b in range(2)] == ["standard", "invariant"]
     for _ in range(300):                                                # evidence at every position
         observe(pol, batch, K_MAX, [K_MAX] * 2, [K_MAX] * 2, 0.0, accept_prob=[[0.8] * K_MAX, [0.3] * K_MAX])
     for coupling, want in (("standard", 2), ("invariant", 0)):

@@ -157,3 +157,24 @@ def test_llm_chat_on_the_gguf_file_equals_plain_greedy(gguf_path, hf_tokenizer, 
     [out] = llm.chat(msgs, SamplingParams(max_new_tokens=12))
     [want] = plain_greedy(target, [hf_chat_ids(hf_tokenizer, msgs)], 12)
     assert out.token_ids == want
+
+
+def test_method_eagle_finds_the_shipped_head_and_equals_plain_greedy(gguf_path, target):
+    """The head trained for the file as its package ships it (specdec/bundled/eagle-smollm2/)
+    is found by the file's hash, with no head named; its greedy output is plain's."""
+    from specdec import LLM, SamplingParams
+    from specdec.build import find_head
+    from specdec.defaults import MODELS_DIR
+    if not (MODELS_DIR / "eagle-smollm2" / "config.json").exists():
+        pytest.skip("no head shipped for SmolLM2-135M-Instruct (specdec/bundled/eagle-smollm2/)")
+    assert find_head(gguf_path) == MODELS_DIR / "eagle-smollm2"
+    torch.set_num_threads(1)
+    llm = LLM(target=gguf_path, method="eagle", k=4, max_batch=1, max_model_len=512, threads=1)
+    for msgs in chats(2, seed=13):
+        [out] = llm.chat(msgs, SamplingParams(max_new_tokens=SPEC_TOKENS))
+        assert out.token_ids == plain_greedy(target, [out.prompt_token_ids], SPEC_TOKENS)[0]
+    assert llm.engine.metrics.num_accepted_tokens > 0
+    auto = LLM(target=gguf_path, method="auto", k=4, auto_arms="ngram,eagle", max_batch=1, max_model_len=512,
+               threads=1)                                  # auto's eagle arm reads the same head, unasked
+    [out] = auto.chat(chats(1, seed=17)[0], SamplingParams(max_new_tokens=SPEC_TOKENS))
+    assert out.token_ids == plain_greedy(target, [out.prompt_token_ids], SPEC_TOKENS)[0]

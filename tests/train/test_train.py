@@ -95,3 +95,25 @@ def test_bf16_training_autocasts_the_forward_and_keeps_fp32_weights(tmp_path):
     assert all(p.dtype == torch.float32 for p in model.parameters())
     with torch.no_grad():
         assert lm_loss(model, x, y).item() < before - 0.5
+
+
+def test_stop_after_ends_the_invocation_and_resume_goes_on(tmp_path):
+    """--stop-after: a run in pieces (each saved) keeps one schedule; the next piece resumes."""
+    import numpy as np
+    stream = np.tile(np.arange(2, 50, dtype=np.uint16), 200)
+    batches = Batches(stream, batch=2, seq_len=16, seed=0)
+    cfg = TrainConfig(tokens=2 * 16 * 1000, minutes=5, batch=2, seq_len=16, threads=1, stop_after=0.005)
+    first = train(LlamaModel(tiny_config(vocab=64)), cfg, batches.get, lm_loss, tmp_path / "w", tmp_path / "o",
+                  TOKENIZER)
+    assert 1 <= first["step"] < 1000 and (tmp_path / "w" / "state.pt").exists()
+    second = train(LlamaModel(tiny_config(vocab=64)), cfg, batches.get, lm_loss, tmp_path / "w", tmp_path / "o",
+                   TOKENIZER)
+    assert second["step"] > first["step"] and second["elapsed"] < 5 * 60
+
+
+def test_chat_data_is_for_a_head_and_needs_a_checkpoint(tmp_path, capsys):
+    from specdec.cli import main
+    assert main(["train", "target", "--corpus", "sharegpt", "--work", str(tmp_path / "a")]) == 2
+    assert "trains a feature head" in capsys.readouterr().err
+    assert main(["train", "eagle", "--target", str(tmp_path / "none.gguf"), "--work", str(tmp_path / "b")]) == 2
+    assert "no checkpoint there" in capsys.readouterr().err
