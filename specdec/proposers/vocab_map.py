@@ -24,6 +24,7 @@ MIN_SHARED = 0.05    # the least share of the target's vocabulary the intersecti
                      # drafted; the bundled draft with SmolLM2 shares 11.8%
 PROBE = "def f(x):\n    return x * 2  # café, naïve → 10 µs\n\tprint('<s>')\n"   # the round trip checked at load:
                      # indentation, digits, multi-byte characters, a special token's spelling
+PROBE_PIECES = 64    # a partial vocabulary's probe: its first pieces, enough to meet its merges
 
 
 def byte_alphabet() -> dict[str, int]:
@@ -71,31 +72,65 @@ class TokenBytes:
             elif all(c in alphabet for c in text):
                 self.pieces[i] = bytes(alphabet[c] for c in text)
         self.prefix = [i for i in tokenizer.prefix if i < size]     # the framing a text starts with (BOS)
+        self.byte_ids = {p[0]: i for i, p in enumerate(self.pieces) if p is not None and len(p) == 1}
         self._tok = HFTokenizer.from_str(tokenizer.tok.to_str())
         self._tok.encode_special_tokens = True                      # "<s>" in a text is text
-        ids = self.encode(PROBE.encode())[0]
-        if self.text(ids) != PROBE.encode():
+        probe = self._probe()
+        if self.text(self.encode(probe)[0]) != probe:
             raise ConfigError(f"the {role}'s tokenizer does not spell a text as the bytes of its tokens "
-                              f"(round trip of {PROBE!r} fails), so its text cannot be carried across vocabularies")
+                              f"(round trip of {probe[:60]!r} fails), so its text cannot be carried across "
+                              f"vocabularies")
+
+    def _probe(self) -> bytes:
+        """PROBE where every byte is a token of its own (a full byte-level vocabulary), else its
+        own first pieces joined (a vocabulary that spells only some texts)."""
+        if len(self.byte_ids) == 256:
+            return PROBE.encode()
+        return b"".join(p for p in self.pieces[:PROBE_PIECES] if p and p.isascii())
 
     def text(self, ids) -> bytes:
         """The bytes token ids stand for (special tokens: none)."""
         return b"".join(self.pieces[i] or b"" for i in ids)
 
     def encode(self, data: bytes) -> tuple[list[int], list[int]]:
-        """The canonical tokens of the whole characters at the start of `data` -> (ids, ends):
-        ends[j], the byte offset in `data` where token j ends. Tokens past a spelling that
-        does not match the bytes are left off (the caller keeps those bytes as lag)."""
-        cut = whole_chars(data)
-        ids = self._tok.encode(data[:cut].decode("utf-8", errors="replace"), add_special_tokens=False).ids
-        ends, at = [], 0
-        for j, i in enumerate(ids):
+        """Tokens spelling `data` -> (ids, ends): ends[j], the byte offset in `data` where token j
+        ends. Runs of whole UTF-8 characters get the tokenizer's canonical tokens; bytes that
+        are not valid UTF-8 (a byte-level model may emit a stray lead byte) get their single-byte
+        tokens; a character cut at the end is left off, as is anything past a spelling that does
+        not match the bytes (the caller keeps those bytes as lag)."""
+        ids: list[int] = []
+        ends: list[int] = []
+        at = 0
+        while at < len(data):
+            try:
+                data[at:].decode("utf-8")
+                stop, bad = len(data), None
+            except UnicodeDecodeError as e:
+                stop = at + e.start
+                bad = None if e.reason == "unexpected end of data" else (stop, at + e.end)
+            if stop > at and not self._spell(data, at, stop, ids, ends):
+                break
+            if bad is None:
+                break
+            for at in range(*bad):
+                if data[at] not in self.byte_ids:
+                    return ids, ends
+                ids.append(self.byte_ids[data[at]])
+                ends.append(at + 1)
+            at = bad[1]
+        return ids, ends
+
+    def _spell(self, data: bytes, at: int, stop: int, ids: list[int], ends: list[int]) -> bool:
+        """Append the canonical tokens of data[at:stop] (whole characters) to ids and ends; False
+        where a token's bytes depart from the data (what precedes it is kept)."""
+        for i in self._tok.encode(data[at:stop].decode("utf-8"), add_special_tokens=False).ids:
             piece = self.pieces[i]
             if piece is None or data[at:at + len(piece)] != piece:
-                return ids[:j], ends
+                return False
             at += len(piece)
+            ids.append(i)
             ends.append(at)
-        return ids, ends
+        return True
 
 
 class VocabMap:
