@@ -138,8 +138,8 @@ class CrossVocabProposer(Proposer):
         self.host_seconds += time.perf_counter() - t0
         if rows:
             with torch.inference_mode():
-                prefill_rows(self.model, self.cache, [self.texts[r].ids[:-1] for r in rows], rows[0],
-                             hidden_only=True)
+                fits = [self.texts[r].ids[:-1] if len(self.texts[r].ids) < self.cache.max_len else [] for r in rows]
+                prefill_rows(self.model, self.cache, fits, rows[0], hidden_only=True)   # a row too long never drafts
 
     def _sync(self, row: int, seq) -> None:
         """Append the target tokens committed since the last round to the row's text and re-spell

@@ -130,3 +130,13 @@ def test_trees_and_unknown_greedy_modes_are_refused(pair):
         create("draft", target, SpecConfig(method="draft", k=3, tree=4), draft_model=draft)
     with pytest.raises(ConfigError, match="cross_greedy"):
         create("draft", target, SpecConfig(method="draft", k=3, options={"cross_greedy": "x"}), draft_model=draft)
+
+
+def test_a_prompt_longer_than_the_drafts_cache_is_decoded_without_drafts(pair):
+    target, draft = pair
+    prop = CrossVocabProposer(draft, draft.vocab_map, 1, 16)
+    seq = _Seq(bundled().encode(PROMPTS[0]))
+    prop.start(0, seq)
+    d = prop.propose(_batch([seq], 1.0), 3)
+    assert d.lengths == [0]
+    prop.rollback([0])
