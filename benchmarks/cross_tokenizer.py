@@ -2,7 +2,7 @@
 
     python benchmarks/cross_tokenizer.py --target SmolLM2-135M-Instruct.Q4_1.gguf \
         [--draft specdec/bundled/draft] --out benchmarks/results/cross-tokenizer-DATE-zen4 \
-        [--ks 2,3,4,auto] [--n 4] [--new-tokens 128] [--repeats 3] [--reverse]
+        [--ks 2,3,4,auto] [--n 4] [--new-tokens 128] [--repeats 3] [--pairs forward,reverse]
 
 Held-out code prompts (specdec.analysis.workloads, `code`, in the target's own tokens), batch 1,
 greedy and T = 1. Each repeat runs plain and every k in alternating order with a fresh engine;
@@ -10,8 +10,8 @@ figures are medians over repeats (the speed-up: of per-repeat ratios to that rep
 run). Greedy rows must equal plain token for token. It also records what a round is made of:
 the target's forward at 1 and k + 1 positions, the draft's step, and the proposer's host work
 per draft token (catch-up and re-tokenization), so the speed-up can be read from its parts.
-`--reverse` adds the pair the other way round (the bundled target, the named target as draft)
-for greedy. Writes cross_tokenizer.json and cross_tokenizer.md to --out.
+`--pairs reverse` runs the pair the other way round (the bundled target, the named target as
+draft), greedy only. Writes cross_tokenizer.json and cross_tokenizer.md to --out.
 """
 from __future__ import annotations
 
@@ -113,15 +113,15 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--shared-ks", default="3", help="k that greedy also runs drafting over the intersection")
-    ap.add_argument("--reverse", action="store_true")
+    ap.add_argument("--pairs", default="forward", help="forward (the named target), reverse (it as the draft)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     ks = [_k(k) for k in a.ks.split(",")]
     temperatures = [float(t) for t in a.temperatures.split(",")]
-    pairs = [("forward", a.target, a.draft, temperatures)]
-    if a.reverse:
-        pairs.append(("reverse", str(bundled_dir() / "target"), a.target, [0.0]))
+    chosen = a.pairs.split(",")
+    pairs = [p for p in [("forward", a.target, a.draft, temperatures),
+                         ("reverse", str(bundled_dir() / "target"), a.target, [0.0])] if p[0] in chosen]
     result = {"command": " ".join(["python", "benchmarks/cross_tokenizer.py", *(argv or sys.argv[1:])]),
               "cpu": _cpu_name(), "machine": platform.machine(), "torch": torch.__version__, "threads": a.threads,
               "n": a.n, "new_tokens": a.new_tokens, "repeats": a.repeats, "pairs": {}}
