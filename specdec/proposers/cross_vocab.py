@@ -46,8 +46,9 @@ MAX_STEPS_PER_TOKEN = 3.0   # cap on draft steps per target token proposed by ar
                             # much smaller vocabulary spells a text in up to ~3x the tokens (the bundled
                             # tokenizer cut to 1000 tokens: 1.5x; the bundled draft under SmolLM2: 0.99)
 GREEDY_MODES = ("retokenize", "shared")
-HOST_PRIOR = 60e-6   # seconds of host work per draft token before any round is timed: one catch-up
-                     # encode of a ~40-byte window (25 us on a Zen 4) and the re-tokenization
+HOST_PRIOR = 150e-6  # seconds of host work per draft token before any round is timed: the catch-up
+                     # encode, the re-tokenization and the per-row bookkeeping (110-230 us measured on a
+                     # Zen 4 with SmolLM2 and the bundled draft, benchmarks/cross_tokenizer.py)
 
 
 @dataclass
