@@ -97,7 +97,8 @@ def table(name, rows, costs) -> list[str]:
         host = f"{r['host_us_per_draft_token']:.0f}" if r["host_us_per_draft_token"] is not None else "-"
         same = "" if r["identical"] is None else ("yes" if r["identical"] else "NO")
         mode = "-" if T != 0 or k == 0 else mode
-        out.append(f"| {'greedy' if T == 0 else f'T = {T:g}'} | {k if k != 0 else 'plain'} | {mode} | {r['acceptance']:.2f} | "
+        sampling = "greedy" if T == 0 else f"T = {T:g}"
+        out.append(f"| {sampling} | {k if k != 0 else 'plain'} | {mode} | {r['acceptance']:.2f} | "
                    f"{r['mean_acc_len']:.2f} | {r['tok_s']:.1f} | {r['speedup']:.2f}x | {host} | {same} |")
     return out + [""]
 

@@ -167,8 +167,9 @@ class CrossVocabProposer(Proposer):
         t0 = time.perf_counter()
         s, B = batch.sampling, len(batch)
         argmax = s.argmax_mask.tolist()
-        steps = k if not any(argmax) or self.greedy_shared else max(k, min(math.ceil(k * self.steps_per_token),
-                                                     int(k * MAX_STEPS_PER_TOKEN)))
+        steps = k                                      # sampled rows: one draft token per target token
+        if any(argmax) and not self.greedy_shared:     # free text: as many as the target's k tokens need
+            steps = max(k, min(math.ceil(k * self.steps_per_token), int(k * MAX_STEPS_PER_TOKEN)))
         feeds, room = [], []
         for b, seq in enumerate(batch):
             self._sync(b, seq)
@@ -185,8 +186,9 @@ class CrossVocabProposer(Proposer):
         start = torch.tensor(self.cache.lengths[:B], device=dev)
         positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)  # (B, T)
         host = time.perf_counter() - t0
+        rule = CrossRule(s, self.vmap, steps, self.greedy_shared)
         out, q = self.model.runner.draft(tokens, positions, [len(f) for f in feeds], steps, self.cache,
-                                         CrossRule(s, self.vmap, steps, self.greedy_shared))         # (B, steps), (B, steps, Vt)
+                                         rule)                        # (B, steps) draft ids, (B, steps, V_target)
         t0 = time.perf_counter()
         for b, f in enumerate(feeds):
             self.cache.advance(b, len(f) + steps - 1)
@@ -198,7 +200,10 @@ class CrossVocabProposer(Proposer):
             prop = (self._retokenized(r, ids, k) if free else self._shared(r, ids, k)) if room[b] else None
             if prop is None:
                 rows.append([])
-                self.cache.truncate(b, min(self.cache.lengths[b], len(r.ids)))
+                if room[b]:
+                    self.cache.truncate(b, min(self.cache.lengths[b], len(r.ids)))
+                else:
+                    self.cache.reset(b)                          # what it fed was a placeholder
                 continue
             self._round[b] = prop[0]
             rows.append(prop[1])
