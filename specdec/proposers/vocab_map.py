@@ -61,6 +61,10 @@ class TokenBytes:
         if "ByteLevel" not in json.dumps(spec.get("decoder")) or spec.get("normalizer") is not None:
             raise ConfigError(f"a draft with another vocabulary needs byte-level BPE tokenizers without a "
                               f"normalizer; the {role}'s decoder is {(spec.get('decoder') or {}).get('type')}")
+        known = max(tokenizer.tok.get_vocab().values()) + 1
+        if known > size:
+            raise ConfigError(f"the {role}'s tokenizer has {known} tokens, more than its model's vocabulary "
+                              f"({size})")
         alphabet = byte_alphabet()
         added = tokenizer.tok.get_added_tokens_decoder()
         self.pieces: list[bytes | None] = [None] * size
@@ -124,7 +128,7 @@ class TokenBytes:
         """Append the canonical tokens of data[at:stop] (whole characters) to ids and ends; False
         where a token's bytes depart from the data (what precedes it is kept)."""
         for i in self._tok.encode(data[at:stop].decode("utf-8"), add_special_tokens=False).ids:
-            piece = self.pieces[i]
+            piece = self.pieces[i] if i < len(self.pieces) else None
             if piece is None or data[at:at + len(piece)] != piece:
                 return False
             at += len(piece)

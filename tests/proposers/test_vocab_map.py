@@ -78,3 +78,8 @@ def test_bytes_that_are_not_utf8_get_single_byte_tokens():
         ids, ends = side.encode(data)
         assert side.text(ids) == data and ends[-1] == len(data)
         assert side.byte_ids[0xDF] in ids
+
+
+def test_a_tokenizer_larger_than_its_models_vocabulary_is_refused():
+    with pytest.raises(ConfigError, match=r"the draft's tokenizer has 8192 tokens, more than its model's vocabulary \(4096\)"):
+        VocabMap.build(bundled(), bundled(), 8192, 4096)
