@@ -34,7 +34,7 @@ from .proposers.tree_size import tree_profile
 from .defaults import default_draft, default_head, default_target
 from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy
-from .errors import CheckpointError, ConfigError
+from .errors import ConfigError
 from .models.feature_head import FeatureHead
 from .models.head_loader import load_head, load_mtp, shipped_head, shipped_heads
 from .models.llama import LlamaModel
@@ -45,6 +45,7 @@ from .models.tokenizer import Tokenizer
 from .proposers import create as create_proposer
 from .proposers.auto import DEFAULT_ARMS
 from .proposers.base import Proposer
+from .proposers.vocab_map import VocabMap
 
 DEFAULT_K_MAX = 8           # the largest k the adaptive policy may choose unless told (`--k-max`)
 NGRAM_MIN, NGRAM_MAX = 1, 4  # ngram's n range unless told (`--ngram-min`, `--ngram-max`)
@@ -72,8 +73,8 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
                 threads: int | None = None, compile: bool | None = None, weights: str | None = None,
                 draft_weights: str | None = None, method: str | None = None,
                 head: str | Path | None = None) -> Models:
-    """Load the target (and draft; `default_pair` picks them); refuse a draft whose vocabulary
-    differs from the target's. `compile`: use the compiled decoder (None: where it builds;
+    """Load the target (and draft; `default_pair` picks them); a draft whose tokenizer differs
+    from the target's gets its `vocab_map` (proposers/vocab_map.py), or is refused with the reason. `compile`: use the compiled decoder (None: where it builds;
     see models/loader.py). `weights`, `draft_weights` (default: the target's): "float32",
     "int8", "int4" (models/quantize.py), or None: as each checkpoint stores them. `method`, `head`:
     see `feature_head`."""
@@ -90,13 +91,11 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
     if draft is not None:
         d = load_model(draft, device=device, exact=False, compile=compile,   # a draft's numerics change no output
                        weights=draft_weights or weights)
-        if d.config.vocab_size != t.config.vocab_size:
-            raise CheckpointError(f"draft vocabulary size {d.config.vocab_size} differs from the target's "
-                                  f"{t.config.vocab_size}: speculative decoding needs the same vocabulary")
         dtok = load_tokenizer(draft)
-        if dtok.tok.get_vocab() != tok.tok.get_vocab():
-            raise CheckpointError("draft tokenizer differs from the target's: speculative decoding needs "
-                                  "the same vocabulary")
+        if d.config.vocab_size != t.config.vocab_size or dtok.tok.get_vocab() != tok.tok.get_vocab():
+            # another tokenizer: the draft drafts across vocabularies (proposers/cross_vocab.py), or a
+            # ConfigError says why this pair cannot
+            d.vocab_map = VocabMap.build(tok, dtok, t.config.vocab_size, d.config.vocab_size)
     return Models(t, tok, d, Path(target), Path(draft) if draft else None,
                   feature_head(t, Path(target), method, head))
 

@@ -34,6 +34,8 @@ class CostModel:
         self.identities = identities or {}        # None (the target) or a CostKey -> model identity
         self.rounds: dict[tuple[CostKey, bool], RoundTable] = {}
         self._curves: dict[tuple, tuple] = {}     # curve(): a closed batch's tail reads every size
+        self.host: dict[CostKey, float] = {}      # CostKey -> host seconds per row and draft step beyond the
+                                                  # forward (a cross-vocabulary draft's re-tokenization)
 
     @classmethod
     def load_or_measure(cls, target, proposer_or_draft=None, k_max: int = 8, batch_sizes=(1,),
@@ -71,7 +73,11 @@ class CostModel:
                     p.contended = p.contended or cache.contended(since)
                     cache.save(ident, {"profile": p.to_json()}, p.contended)
             profiles[key] = by_hash[h]
-        return cls(profiles.pop(None), profiles, k_max, identities)
+        cm = cls(profiles.pop(None), profiles, k_max, identities)
+        for sub in getattr(proposer_or_draft, "arms", None) or [proposer_or_draft]:
+            if getattr(sub, "host_seconds_per_token", None) is not None:
+                cm.host[sub.cost_key()] = sub.host_seconds_per_token
+        return cm
 
     def measure_rounds(self, timer, key: CostKey, batch_sizes, sampled: bool, remeasure: bool = False, repeats=3, *,
                        ks: list[int] | None = None, on_row=None):
@@ -120,9 +126,11 @@ class CostModel:
         return self.target.t(b, q, L)
 
     def t_draft(self, key: CostKey | str | None, b: float, L: float | None = None) -> float:
-        """Seconds of one draft step of proposer `key`; 0 for a proposer without a model."""
-        prof = self.drafts.get(CostKey.parse(key) if isinstance(key, str) else key)
-        return prof.t(b, 1, L) if prof is not None else 0.0
+        """Seconds of one draft step of proposer `key` (its forward, plus its host work per row
+        where it declares some); 0 for a proposer without a model."""
+        key = CostKey.parse(key) if isinstance(key, str) else key
+        prof = self.drafts.get(key)
+        return (prof.t(b, 1, L) if prof is not None else 0.0) + b * self.host.get(key, 0.0)
 
     def forward_round(self, key: CostKey | None, b: float, k: int, L: float | None = None) -> float:
         """Forward-only seconds of a round: k draft steps and one verify forward of k + 1."""
@@ -142,7 +150,7 @@ class CostModel:
         c = (key, b, range((self.k_max if k_max is None else k_max) + 1), sampled)
         if c not in self._curves:
             d = self.drafts.get(key)
-            per_draft = d.per_token(b, 1) if d is not None else 0.0
+            per_draft = d.per_token(b, 1) if d is not None else 0.0       # the host work does not grow with L
             self._curves[c] = (np.array([self.t_round(key, b, k, None, sampled) for k in c[2]]),
                                np.array([self.target.per_token(b, k + 1) + k * per_draft for k in c[2]]))
         return self._curves[c]
