@@ -206,11 +206,4 @@ def chat_workload(tokenizer, n: int, max_tokens: int, seed: int = 0) -> list[lis
     data = _sharegpt_set()
     pool = [m for m, cid in zip(data.items, data.ids) if cid is not None and is_held_out(cid)]
     random.Random(seed).shuffle(pool)
-    template, out = ChatTemplate(tokenizer), []
-    for msgs in pool:
-        ids = template.encode(msgs)
-        if len(ids) <= max_tokens:
-            out.append(ids)
-            if len(out) == n:
-                break
-    return out
+    return encode_fitting(pool, tokenizer, n, max_tokens)
