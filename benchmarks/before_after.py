@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cold_start import cpu_model     # benchmarks/cold_start.py: name, family and model
+
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = {"plain": dict(method="none"), "draft k=4": dict(method="draft", k=4)}
 MODES = {"greedy": dict(temperature=0.0), "T=1": dict(temperature=1.0, seed=1234)}
@@ -97,9 +99,7 @@ def main(argv=None) -> int:
         b, a = [x[key] for x in runs["before"]], [x[key] for x in runs["after"]]
         rows[key] = {"before": statistics.median(b), "after": statistics.median(a),
                      "median_ratio": statistics.median(y / x for x, y in zip(b, a))}
-    info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()[:12] if ":" in line)
-    info = {k.strip(): v.strip() for k, v in info.items()}
-    cpu = f"{info.get('model name', '?')} family {info.get('cpu family', '?')} model {info.get('model', '?')}"
+    cpu = cpu_model()
     lines = [f"CPU: {cpu}; threads {args.threads}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              f"before {trees['before'][0][:10]}, after {trees['after'][0][:10]}; "
              f"`python benchmarks/before_after.py {' '.join(argv)}`", "",
