@@ -27,7 +27,7 @@ price, never raise it. Until a row has rounds, every k costs its baseline, which
 exceeds, and one level read as a fixed overhead prices the k above those played at the least
 the evidence allows: optimism where the policy has not looked, at a bounded cost (at most
 CONFIRM_N * (k_max + 1) recorded rounds at a k with fewer than CONFIRM_N, per key, mode and
-batch size; docs/adaptive.md, *The cold start*, has the reasons and the bound). What is learned
+batch size; docs/cold-start.md has the reasons and the bound). What is learned
 is saved (`online-<hash>.json` beside the measured tables, costs/cache.py, under the round
 tables' identity) after 16, 32, 64, ... observations of a key and mode and every SAVE_EVERY
 after 1024, and read back by the next run. A measured round table (`specdec profile`) takes
