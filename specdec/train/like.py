@@ -25,9 +25,12 @@ from ..models.loader import load_tokenizer, save_checkpoint
 from ..models.llama import LlamaModel
 
 COST_BOUND = 0.15      # issue 58: a draft step costs at most this share of the target's step
-DRAFT_HIDDEN = 256     # the width: the LM head (vocab x hidden) is most of a small draft's bytes; at
-                       # 256 SmolLM2's is 12.6M parameters, 0.09 of the target's
-DRAFT_LAYERS = 4       # at width 256 a layer is 0.8M parameters, 6% of the head: depth is cheap
+DRAFT_HIDDEN = 128     # the width: the LM head (vocab x hidden) is most of a small draft's bytes. On
+                       # SmolLM2 (Zen 4) a step measured 0.03 of the target's at 128, 0.07 at 192 and
+                       # 0.09-0.11 at 256 (benchmarks/results/like-draft-2026-12-07-zen4/cost): every
+                       # width meets the bound, and a k = 4 round's drafting costs 4c, so 128 leaves
+                       # the round 0.25 of a step cheaper than 256; in int8 it stores in 8.6 MB
+DRAFT_LAYERS = 4       # at width 128 a layer is 0.2M parameters, 3% of the head: depth is nearly free
 HEAD_DIM = 64          # the attention head size of Llama-family models (SmolLM2's too)
 KV_GROUPS = 2          # query heads per key/value head (grouped-query attention, as the target's);
                        # an odd head count shares one key/value head
