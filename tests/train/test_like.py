@@ -13,7 +13,7 @@ from specdec.cli import main
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.engine import Engine
 from specdec.errors import ConfigError
-from specdec.models.loader import load_model, load_tokenizer, save_checkpoint
+from specdec.models.loader import load_tokenizer, save_checkpoint
 from specdec.train import chat_data
 from specdec.train.like import check_like_target, init_from_target, like_config, projected_embedding
 from specdec.models.llama import LlamaModel
