@@ -11,7 +11,9 @@ run). Greedy rows must equal plain token for token. It also records what a round
 the target's forward at 1 and k + 1 positions, the draft's step, and the proposer's host work
 per draft token (catch-up and re-tokenization), so the speed-up can be read from its parts.
 `--pairs reverse` runs the pair the other way round (the bundled target, the named target as
-draft), greedy only. Writes cross_tokenizer.json and cross_tokenizer.md to --out.
+draft), greedy only. `--like-draft DIR` adds a pair in the same run: the named target with a draft
+that shares its tokenizer (`specdec train draft --like`), the comparison issue 64 asks for.
+Writes cross_tokenizer.json and cross_tokenizer.md to --out.
 """
 from __future__ import annotations
 
@@ -115,6 +117,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--shared-ks", default="3", help="k that greedy also runs drafting over the intersection")
     ap.add_argument("--pairs", default="forward", help="forward (the named target), reverse (it as the draft)")
+    ap.add_argument("--like-draft", help="a draft with the target's own tokenizer, run as a third pair, 'like'")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -123,6 +126,8 @@ def main(argv=None):
     chosen = a.pairs.split(",")
     pairs = [p for p in [("forward", a.target, a.draft, temperatures),
                          ("reverse", str(bundled_dir() / "target"), a.target, [0.0])] if p[0] in chosen]
+    if a.like_draft:
+        pairs.append(("like", a.target, a.like_draft, temperatures))
     result = {"command": " ".join(["python", "benchmarks/cross_tokenizer.py", *(argv or sys.argv[1:])]),
               "cpu": _cpu_name(), "machine": platform.machine(), "torch": torch.__version__, "threads": a.threads,
               "n": a.n, "new_tokens": a.new_tokens, "repeats": a.repeats, "pairs": {}}
@@ -131,18 +136,20 @@ def main(argv=None):
           f"held-out code, {a.n} prompts x {a.new_tokens} new tokens, batch 1, medians of {a.repeats} repeats.", ""]
     for name, target, draft, temps in pairs:
         models = load_models(target, draft, threads=a.threads)
-        vmap = models.draft.vocab_map
+        vmap = getattr(models.draft, "vocab_map", None)               # None: the same tokenizer
+        shared = len(vmap.shared_draft) if vmap else models.target.config.vocab_size
+        share = vmap.share if vmap else 1.0
         prompts = load_workload("code", models.tokenizer, n=a.n)
-        print(f"{name}: shared {len(vmap.shared_draft)} tokens ({vmap.share:.1%})", file=sys.stderr, flush=True)
+        print(f"{name}: shared {shared} tokens ({share:.1%})", file=sys.stderr, flush=True)
         shared_ks = [_k(k) for k in a.shared_ks.split(",") if k] if name == "forward" else []
         rows = measure_pair(models, prompts, ks, temps, a.new_tokens, a.repeats, shared_ks)
         costs = forward_costs(models)
-        result["pairs"][name] = {"target": target, "draft": draft, "shared": len(vmap.shared_draft),
-                                 "share": vmap.share, "costs": costs,
+        result["pairs"][name] = {"target": target, "draft": draft, "shared": shared,
+                                 "share": share, "costs": costs,
                                  "rows": [{"temperature": T, "k": k, "greedy": mode, **r}
                                           for (T, k, mode), r in rows.items()]}
         md += table(f"{name}: target {Path(target).name}, draft {Path(draft).name} "
-                    f"(shared {len(vmap.shared_draft)} tokens, {vmap.share:.1%} of the target's)", rows, costs)
+                    f"(shared {shared} tokens, {share:.1%} of the target's)", rows, costs)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cross_tokenizer.json").write_text(json.dumps(result, indent=1, default=str))

@@ -1,13 +1,14 @@
 """The shipped EAGLE head for SmolLM2-135M-Instruct against plain decoding and the draft-free
-proposers, on held-out ShareGPT first turns (issue 58's "Done when").
+proposers, on held-out ShareGPT first turns (issue 58's "Done when"); with `--draft DIR`, a small
+draft with SmolLM2's tokenizer (`specdec train draft --like`) beside them, at each of `--draft-ks`.
 
-    python benchmarks/eagle_smollm2.py --out benchmarks/results/eagle-smollm2-<date>-<cpu>
+    python benchmarks/eagle_smollm2.py [--draft DIR --draft-ks 3,5] --out benchmarks/results/eagle-smollm2-<date>-<cpu>
 
 Each prompt is a held-out conversation's first turn (`chat_workload`: ids the head never
 trained on) through the model's chat template. Batch 1, fixed 128 new tokens (end of turn
 ignored, as the other benchmarks), a fresh engine per prompt and row (built untimed), the
 rows' order rotated per prompt; greedy and T = 1; the target's weights as float32 (the file
-dequantized) and int8 (rounded at load). The head is found by the file's hash (no --head),
+dequantized) and int8 (rounded at load), the draft's the same as the target's. The head is found by the file's hash (no --head),
 its linears int8 as the proposer runs them by default. Every greedy output must equal plain's
 at the same weights (asserted). Figures: medians over prompts of tokens/s, of the per-prompt
 ratio to plain, of acceptance, and of each output's repetition (specdec/repetition.py).
@@ -35,9 +36,10 @@ def gguf_path() -> Path:
     return next(Path(str(dist.locate_file(f))) for f in dist.files if f.name == SMOLLM2[1])
 
 
-def row_specs(k: int, ks_auto: bool) -> list[tuple[str, str, object]]:
+def row_specs(k: int, ks_auto: bool, draft_ks: list[int] = ()) -> list[tuple[str, str, object]]:
     rows = [("plain", "none", 0), (f"ngram k={k}", "ngram", k), (f"suffix k={k}", "suffix", k),
             (f"eagle k={k}", "eagle", k)]
+    rows += [(f"draft k={dk}", "draft", dk) for dk in draft_ks]
     return rows + ([("eagle k=auto", "eagle", "auto")] if ks_auto else [])
 
 
@@ -48,14 +50,16 @@ def measure(args, log) -> dict:
     gguf = Path(args.target) if args.target else gguf_path()
     out: dict = {"rows": [], "prompts": None, "differs": []}
     for weights in args.weights:
-        models = load_models(gguf, None, weights=weights, method="eagle", head=args.head)
+        models = load_models(gguf, args.draft, weights=weights, method="eagle", head=args.head)
         if out["prompts"] is None:
             prompts = chat_workload(models.tokenizer, args.prompts, MAX_PROMPT, seed=args.seed)
             out["prompts"] = [len(p) for p in prompts]
             out["head"] = str(args.head or find_head(gguf))  # the folder method="eagle" found
+            out["draft"] = str(args.draft) if args.draft else None
         runners = []
-        for name, method, k in row_specs(args.k, not args.no_auto):
-            spec = spec_config(method, k, 8, False, {})
+        for name, method, k in row_specs(args.k, not args.no_auto,
+                                         [int(x) for x in args.draft_ks.split(",")] if args.draft else []):
+            spec = spec_config(method, k, 8, args.draft is not None, {})
             runners.append(SpecdecRunner(name, models, spec, f"{weights}, k={k}", args.threads,
                                          max(out["prompts"]) + args.new_tokens + 16))
         for mode in ("greedy", "T=1"):
@@ -91,11 +95,12 @@ def measure(args, log) -> dict:
 
 
 def markdown(out: dict, command: str, machine: dict, new_tokens: int) -> str:
-    lines = [f"# EAGLE head for SmolLM2-135M-Instruct: held-out ShareGPT first turns\n",
+    lines = [f"# Proposers for SmolLM2-135M-Instruct: held-out ShareGPT first turns\n",
              f"{machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}. "
              f"{len(out['prompts'])} prompts (rendered lengths {min(out['prompts'])}-{max(out['prompts'])} "
              f"tokens), batch 1, {new_tokens} new tokens, fresh engine per prompt, medians over prompts; "
-             f"the head's linears int8 (the proposer's default).\n",
+             f"the head's linears int8 (the proposer's default)"
+             + (f"; the draft `{out['draft']}` at the target's weight type" if out.get("draft") else "") + ".\n",
              "```bash", command, "```\n",
              "| weights | sampling | row | tokens/s | speed-up over plain (median, range) | acceptance | "
              "repetition | output identical to plain |", "|---|---|---|---:|---|---:|---:|---|"]
@@ -118,6 +123,9 @@ def main() -> int:
     ap.add_argument("--weights", nargs="+", default=["float32", "int8"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draft", type=Path, help="a draft with the target's tokenizer: its rows beside the others")
+    ap.add_argument("--draft-ks", default="3,5",
+                    help="the draft rows' fixed k, comma-separated (default 3,5)")
     ap.add_argument("--head", type=Path, help="a head folder to try (default: the shipped one, by the file's hash)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()

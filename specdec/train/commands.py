@@ -13,10 +13,11 @@ from ..models.tokenizer import Tokenizer
 from ..corpus import HELD_OUT_BYTE, corpus_files
 from ..errors import ConfigError
 from .data import CORPORA, Batches, token_stream
+from .like import DRAFT_HIDDEN, DRAFT_LAYERS
 from .packages import PACKAGES
 from .presets import preset
 from .tokenizer import train_tokenizer
-from .trainer import TrainConfig, lm_loss, train
+from .trainer import TrainConfig, init_weights, lm_loss, train
 from .unlikelihood import UL_WEIGHT
 
 DEFAULTS = {"target": dict(tokens=6_000_000, minutes=100, lr=1e-3),
@@ -35,6 +36,13 @@ def add_parser(sub) -> None:
     p.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer.json"))
     p.add_argument("--target", type=Path, default=Path("models/target"),
                    help="teacher for distill; the frozen target of eagle")
+    p.add_argument("--like", type=Path, metavar="TARGET",
+                   help="draft: a small draft for this target (a checkpoint folder or .gguf with a chat "
+                        "template): its tokenizer, distilled toward it on ShareGPT chats (needs --out)")
+    p.add_argument("--hidden", type=int, default=DRAFT_HIDDEN,
+                   help=f"--like: the draft's hidden size (default {DRAFT_HIDDEN})")
+    p.add_argument("--layers", type=int, default=DRAFT_LAYERS,
+                   help=f"--like: the draft's layers (default {DRAFT_LAYERS})")
     p.add_argument("--mtp", type=Path, metavar="DIR",
                    help="eagle: also write the head as MTP layers into a copy of --target in DIR")
     p.add_argument("--init", type=Path, help="start from this checkpoint's weights (a warm start; for "
@@ -82,11 +90,12 @@ def model_card(kind: str, cfg, state: dict, corpus: str = "stdlib", init: Path |
 
 
 def run(args) -> int:
+    if args.like is not None:
+        _check_like(args)
     if args.what == "tokenizer":
         path = train_tokenizer(args.tokenizer)
         print(f"wrote {path}")
         return 0
-    tok = Tokenizer.from_file(args.tokenizer, bos_id=0, eos_id=1)
     d = DEFAULTS[args.what]
     if args.device != "cpu" and args.what not in ("target", "draft"):
         raise ConfigError(f"--device {args.device}: only the target and draft train there; "
@@ -97,11 +106,17 @@ def run(args) -> int:
     out = args.out or Path("models") / ("draft-distill" if args.what == "distill" else args.what)
     if args.mtp is not None and args.what != "eagle":
         raise ConfigError("--mtp goes with `specdec train eagle`")
-    work = args.work or cache_dir() / f"train-{args.what}"
+    work = args.work or cache_dir() / f"train-{args.what}{'-like' if args.like else ''}"
     saved = (work / "state.pt").exists()
     if saved != args.resume:
         raise ConfigError(f"{work / 'state.pt'} exists: pass --resume to continue that run, or another --work"
                           if saved else f"--resume: no saved run in {work}")
+    if args.like is not None:
+        from .like_command import train_like
+        state = train_like(args, tc, work, out)
+        print(json.dumps({"out": str(out), **state}))
+        return 0
+    tok = Tokenizer.from_file(args.tokenizer, bos_id=0, eos_id=1)
     args.corpus = args.corpus or _default_corpus(args)
     if args.corpus == "sharegpt" and args.what != "eagle":
         raise ConfigError("--corpus sharegpt trains a feature head (`specdec train eagle`)")
@@ -133,7 +148,7 @@ def run(args) -> int:
         torch.manual_seed(tc.seed)
         cfg = preset(args.what)
         model = LlamaModel(cfg)
-        _init(model)
+        init_weights(model)
         if args.init:                                   # a warm start: same preset, its weights
             start = load_model(args.init, prepare=False, weights="float32")
             if start.config != cfg:
@@ -146,6 +161,19 @@ def run(args) -> int:
     return 0
 
 
+def _check_like(args) -> None:
+    """`train draft --like TARGET --out DIR`, TARGET a checkpoint with a tokenizer; else ConfigError."""
+    from .like import check_like_target
+    if args.what != "draft":
+        raise ConfigError("--like goes with `specdec train draft`")
+    if args.out is None:
+        raise ConfigError("--like: name the draft's folder with --out")
+    if args.corpus not in (None, "sharegpt"):
+        raise ConfigError(f"--like trains on ShareGPT chats through the target's template; --corpus {args.corpus} "
+                          "is for the bundled models")
+    check_like_target(args.like)
+
+
 def _default_corpus(args) -> str:
     """extended; for eagle on a target with a chat template, sharegpt (its users' chats)."""
     if args.what != "eagle":
@@ -154,14 +182,3 @@ def _default_corpus(args) -> str:
     from .eagle_command import check_target
     check_target(args.target)
     return "sharegpt" if load_tokenizer(args.target).chat_template else "extended"
-
-
-def _init(model: LlamaModel) -> None:
-    """GPT-2 style init: N(0, 0.02), residual projections scaled by 1/sqrt(2L)."""
-    L = model.config.num_hidden_layers
-    for name, p in model.named_parameters():
-        if p.dim() >= 2:
-            std = 0.02 / (2 * L) ** 0.5 if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
-            torch.nn.init.normal_(p, 0.0, std)
-        elif "bias" in name:
-            torch.nn.init.zeros_(p)

@@ -93,12 +93,25 @@ def _corpus_data(tc, target, work: Path, tok, batches):
 def _chat_data(args, tc, target, work: Path):
     """ShareGPT's training split through the target's chat template: windows of the target's
     own replies and, every TEXT_EVERY-th step, of the conversations' replies."""
+    data, what = chat_streams(args.target, tc.seed, target, work)
+    gen, text = data["gen"].numpy(), data["text"].numpy()
+    batch_fn = chat_data.chat_batches(Batches(gen, tc.batch, tc.seq_len, tc.seed),
+                                      Batches(text, tc.batch, tc.seq_len, tc.seed + 1), TEXT_EVERY)
+    return batch_fn, np.concatenate([gen, gen, text]), CHAT_DRAFT_VOCAB, what   # the target's replies weigh double
+
+
+def chat_streams(target_path: Path, seed: int, target, work: Path,
+                 refusal: str = "--corpus sharegpt renders chats with the target's chat template; {} has none "
+                                "(--corpus extended trains on code)") -> tuple[dict, str]:
+    """({"gen": the target's prompts and replies, "text": the conversations' replies as text, both
+    (tokens,) int64 tensors, "prompts", "new_tokens"}, a sentence saying what they are), built once
+    and cached in `work/chat-data.pt` (train/chat_data.py); `refusal`: the error for a target
+    without a chat template ({} is the target)."""
     from ..models.chat_template import ChatTemplate
     from ..models.loader import load_tokenizer
-    tok = load_tokenizer(args.target)
+    tok = load_tokenizer(target_path)
     if not tok.chat_template:
-        raise ConfigError(f"--corpus sharegpt renders chats with the target's chat template; {args.target} "
-                          "has none (--corpus extended trains on code)")
+        raise ConfigError(refusal.format(target_path))
     template = ChatTemplate(tok)
     cached = work / "chat-data.pt"
     if cached.exists():
@@ -106,26 +119,23 @@ def _chat_data(args, tc, target, work: Path):
     else:
         t0 = time.time()
         exchanges = chat_data.training_exchanges()
-        prompts = chat_data.chat_prompts(template, exchanges, N_CHAT_PROMPTS, tc.seed)
-        text = chat_data.reply_stream(template, exchanges, seed=tc.seed)
+        prompts = chat_data.chat_prompts(template, exchanges, N_CHAT_PROMPTS, seed)
+        text = chat_data.reply_stream(template, exchanges, seed=seed)
         print(f"{len(exchanges)} training conversations; {len(prompts)} prompts, {len(text):,} tokens of "
               f"replies as text ({time.time() - t0:.0f} s); the target answers each greedy and at T = 1", flush=True)
         seqs = chat_data.chat_generations(
-            target, prompts, tc.seed,
+            target, prompts, seed,
             on_done=lambda i, n: print(f"  {i}/{n} replies, {time.time() - t0:.0f} s", flush=True))
         data = {"gen": torch.from_numpy(chat_data.sequence_stream(seqs)), "text": torch.from_numpy(text),
                 "prompts": len(prompts), "new_tokens": sum(len(s) for s in seqs) - 2 * sum(map(len, prompts))}
         torch.save(data, cached)
         print(f"target replies: {data['new_tokens']:,} new tokens; stream {len(data['gen']):,} tokens, "
               f"{time.time() - t0:.0f} s", flush=True)
-    gen, text = data["gen"].numpy(), data["text"].numpy()
-    batch_fn = chat_data.chat_batches(Batches(gen, tc.batch, tc.seq_len, tc.seed),
-                                      Batches(text, tc.batch, tc.seq_len, tc.seed + 1), TEXT_EVERY)
     what = (f"ShareGPT V3 conversations of the training split (first user turn through the target's chat "
             f"template): the target's own replies to {data['prompts']} of them, greedy and at T = 1 "
             f"({data['new_tokens']:,} tokens), and {chat_data.N_REPLIES} of the conversations' own first "
-            f"replies as text ({len(text):,} tokens)")
-    return batch_fn, np.concatenate([gen, gen, text]), CHAT_DRAFT_VOCAB, what   # the target's replies weigh double
+            f"replies as text ({len(data['text']):,} tokens)")
+    return data, what
 
 
 def _init(head: FeatureHead, target) -> None:

@@ -148,3 +148,14 @@ def lm_loss(model: LlamaModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
     pos = torch.arange(x.shape[1], device=x.device).expand_as(x)
     logits = model(x, pos)                                                    # (B, T, V)
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+
+def init_weights(model: LlamaModel) -> None:
+    """GPT-2 style init: N(0, 0.02), residual projections scaled by 1/sqrt(2L)."""
+    L = model.config.num_hidden_layers
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            std = 0.02 / (2 * L) ** 0.5 if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
+            torch.nn.init.normal_(p, 0.0, std)
+        elif "bias" in name:
+            torch.nn.init.zeros_(p)
