@@ -23,13 +23,14 @@ DEFAULTS = {"target": dict(tokens=6_000_000, minutes=100, lr=1e-3),
             "eagle": dict(tokens=2_000_000, minutes=45, lr=1e-3),
             "draft": dict(tokens=12_000_000, minutes=30, lr=2e-3),
             "distill": dict(tokens=3_000_000, minutes=20, lr=5e-4),
+            "parallel": dict(tokens=3_000_000, minutes=20, lr=5e-4),
             "unlikelihood": dict(tokens=2_000_000, minutes=40, lr=3e-4)}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="train the tokenizer, target, draft, distilled draft or feature head; "
-                       "fine-tune the target away from loops (unlikelihood)")
-    p.add_argument("what", choices=["tokenizer", "target", "draft", "distill", "eagle", "unlikelihood"],
+    p = sub.add_parser("train", help="train the tokenizer, target, draft, distilled draft, parallel draft or "
+                       "feature head; fine-tune the target away from loops (unlikelihood)")
+    p.add_argument("what", choices=["tokenizer", "target", "draft", "distill", "parallel", "eagle", "unlikelihood"],
                    help="unlikelihood: fine-tune --init (default --target) away from greedy loops")
     p.add_argument("--out", type=Path, help="checkpoint directory (default models/<what>)")
     p.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer.json"))
@@ -38,7 +39,8 @@ def add_parser(sub) -> None:
     p.add_argument("--mtp", type=Path, metavar="DIR",
                    help="eagle: also write the head as MTP layers into a copy of --target in DIR")
     p.add_argument("--init", type=Path, help="start from this checkpoint's weights (a warm start; for "
-                   "distill the student, default models/draft; for eagle a head; for unlikelihood "
+                   "distill the student, default models/draft; for parallel a draft of the target's "
+                   "vocabulary, default models/draft-distill; for eagle a head; for unlikelihood "
                    "default --target)")
     p.add_argument("--corpus", choices=CORPORA + ("sharegpt",),
                    help="stdlib: the standard library's train split; extended (the default): plus pinned "
@@ -94,7 +96,7 @@ def run(args) -> int:
     tc = TrainConfig(tokens=args.tokens or d["tokens"], minutes=args.minutes or d["minutes"],
                      lr=args.lr or d["lr"], threads=args.threads, seed=args.seed, batch=args.batch,
                      device=args.device, bf16=args.bf16, stop_after=args.stop_after)
-    out = args.out or Path("models") / ("draft-distill" if args.what == "distill" else args.what)
+    out = args.out or Path("models") / {"distill": "draft-distill", "parallel": "draft-parallel"}.get(args.what, args.what)
     if args.mtp is not None and args.what != "eagle":
         raise ConfigError("--mtp goes with `specdec train eagle`")
     work = args.work or cache_dir() / f"train-{args.what}"
@@ -123,6 +125,18 @@ def run(args) -> int:
         batch_fn = mixed_batches(batches, teacher, tok, seed=tc.seed)
         loss_fn = distill_loss(teacher)
         cfg = model.config
+    elif args.what == "parallel":
+        from .parallel import parallel_model, parallel_loss, exporter
+        from .distill import mixed_batches
+        teacher = load_model(args.target, prepare=False)
+        model = parallel_model(args.init or Path("models/draft-distill"), teacher)
+        batch_fn = mixed_batches(batches, teacher, tok, seed=tc.seed)
+        loss_fn, cfg = parallel_loss(teacher, seed=tc.seed), model.draft.config
+        state = train(model, tc, batch_fn, loss_fn, work, out, args.tokenizer,
+                      card_fn=lambda s: model_card("parallel", cfg, s, args.corpus, args.init),
+                      export_fn=exporter(model, args.tokenizer, out))
+        print(json.dumps({"out": str(out), **state}))
+        return 0
     elif args.what == "unlikelihood":
         from .unlikelihood import mle_and_unlikelihood
         model = load_model(args.init or args.target, prepare=False, weights="float32")
