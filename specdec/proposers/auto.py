@@ -1,6 +1,7 @@
 """`auto`: choose a proposer per request, online, by measured goodput.
 
-Arms: DEFAULT_ARMS that are available (draft when a draft model was given, ngram, suffix), or
+Arms: DEFAULT_ARMS that are available (draft when a draft model was given, parallel when it has
+a mask token, ngram, suffix), or
 those named by `auto_arms` (also eagle or mtp with a head, layerskip, none). Each round, every
 running request (batch row) picks one arm; the arms picked by at least one row propose for the
 whole batch and each row keeps its own arm's tokens. After verification, the row's reward is

@@ -92,3 +92,16 @@ def test_a_draft_of_another_vocabulary_is_refused(tiny_target):
     other = with_mask(make_model(2, vocab=64))
     with pytest.raises(ConfigError, match="vocabulary"):
         Engine(tiny_target, SpecConfig(method="parallel", k=3), EngineConfig(max_batch=1, max_model_len=128), draft=other)
+
+
+def test_auto_plays_parallel_where_the_draft_has_a_mask_token(tiny_target, tiny_draft):
+    from specdec.proposers import create
+    spec = SpecConfig(method="auto", k=3, options={"ngram_min": 1, "ngram_max": 3})
+    pdraft = with_mask(perturbed(tiny_target, 0.05))
+    assert create("auto", tiny_target, spec, draft_model=pdraft, max_len=64).names == ["draft", "parallel", "ngram",
+                                                                                        "suffix"]
+    assert "parallel" not in create("auto", tiny_target, spec, draft_model=tiny_draft, max_len=64).names
+    prompts = random_prompts(3, seed=2, lo=4, hi=20, vocab=8192)
+    eng = make_engine(Models(tiny_target, None, pdraft), spec, EngineConfig(max_batch=2, max_model_len=128))
+    seqs = eng.generate(prompts, SamplingParams(max_new_tokens=20, ignore_eos=True))
+    assert [s.output_ids for s in seqs] == _plain(tiny_target, prompts, new=20)
