@@ -105,8 +105,14 @@ def run(args) -> int:
         raise ConfigError(f"{work / 'state.pt'} exists: pass --resume to continue that run, or another --work"
                           if saved else f"--resume: no saved run in {work}")
     args.corpus = args.corpus or _default_corpus(args)
-    if args.corpus == "sharegpt" and args.what != "eagle":
-        raise ConfigError("--corpus sharegpt trains a feature head (`specdec train eagle`)")
+    if args.corpus == "sharegpt" and args.what not in ("eagle", "parallel"):
+        raise ConfigError("--corpus sharegpt trains a feature head or a parallel draft (`specdec train eagle`, "
+                          "`specdec train parallel`)")
+    if args.what == "parallel":
+        from .parallel_command import train_parallel
+        state = train_parallel(args, tc, work, out, tok, model_card)
+        print(json.dumps({"out": str(out), **state}))
+        return 0
     if args.what == "eagle":
         from .eagle_command import train_head
         data = None
@@ -125,18 +131,6 @@ def run(args) -> int:
         batch_fn = mixed_batches(batches, teacher, tok, seed=tc.seed)
         loss_fn = distill_loss(teacher)
         cfg = model.config
-    elif args.what == "parallel":
-        from .parallel import parallel_model, parallel_loss, exporter
-        from .distill import mixed_batches
-        teacher = load_model(args.target, prepare=False)
-        model = parallel_model(args.init or Path("models/draft-distill"), teacher)
-        batch_fn = mixed_batches(batches, teacher, tok, seed=tc.seed)
-        loss_fn, cfg = parallel_loss(teacher, seed=tc.seed), model.draft.config
-        state = train(model, tc, batch_fn, loss_fn, work, out, args.tokenizer,
-                      card_fn=lambda s: model_card("parallel", cfg, s, args.corpus, args.init),
-                      export_fn=exporter(model, args.tokenizer, out))
-        print(json.dumps({"out": str(out), **state}))
-        return 0
     elif args.what == "unlikelihood":
         from .unlikelihood import mle_and_unlikelihood
         model = load_model(args.init or args.target, prepare=False, weights="float32")
