@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
     p.add_argument("--corpus", choices=CORPORA + ("sharegpt",),
                    help="stdlib: the standard library's train split; extended (the default): plus pinned "
                         "third-party packages downloaded into the cache (train/packages.py); sharegpt "
-                        "(eagle only; its default for a target with a chat template): ShareGPT V3's "
+                        "(eagle and parallel; their default for a target with a chat template): ShareGPT V3's "
                         "training split through the target's chat template, and the target's replies")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --work")
     p.add_argument("--tokens", type=int)
@@ -155,8 +155,8 @@ def run(args) -> int:
 
 
 def _default_corpus(args) -> str:
-    """extended; for eagle on a target with a chat template, sharegpt (its users' chats)."""
-    if args.what != "eagle":
+    """extended; for eagle or parallel on a target with a chat template, sharegpt (its users' chats)."""
+    if args.what not in ("eagle", "parallel"):
         return "extended"
     from ..models.loader import load_tokenizer
     from .eagle_command import check_target
