@@ -19,6 +19,7 @@ from ..costs.key import CostKey
 from ..errors import ConfigError
 from ..models.prefill import prefill_rows
 from .base import Draft, Proposer, register
+from ..verify.sampling import probs_from_logits, sample
 from .picking import DraftRule
 
 PAD_ID = 0       # the token id in mask and padding slots: a mask slot's embedding is the mask's, a
@@ -67,15 +68,26 @@ class ParallelProposer(Proposer):
         else:
             logits = self.model.runner.forward(tokens, positions, self.cache, embeds=embeds)        # (B, T, V)
             logits = logits.gather(1, at[:, :, None].expand(-1, -1, logits.shape[-1]))              # (B, k, V)
-            picks, qs = [], []
-            for i in range(k):
-                tok, qi = rule.pick(logits[:, i:i + 1], i, picks)
-                picks.append(tok)
-                qs.append(qi)
-            out, q = torch.stack(picks, 1), (torch.stack(qs, 1) if qs[0] is not None else None)    # (B, k, V)
+            out, q = self._pick(rule, logits)
         for b, seq in enumerate(context):          # the real tokens fed are cached; the masks are not
             self.cache.advance(b, self._committed[b] - self.cache.lengths[b])
         return Draft(tokens=out, probs=q)
+
+    @staticmethod
+    def _pick(rule: DraftRule, logits: torch.Tensor):
+        """Drafts (B, k) and q (B, k, V) or None from each slot's logits (B, k, V) by the rows'
+        rule: temperature-only rows all slots at once (q = softmax(logits / t), each draft at its
+        own uniform), any other rule slot by slot (picking.py, which sees the drafts before)."""
+        B, k, _ = logits.shape
+        if rule.temperature is not None:
+            q = probs_from_logits(logits, rule.temperature)                                         # (B, k, V)
+            return sample(q.flatten(0, 1), rule.uniforms.flatten()).view(B, k), q
+        picks, qs = [], []
+        for i in range(k):
+            tok, qi = rule.pick(logits[:, i:i + 1], i, picks)
+            picks.append(tok)
+            qs.append(qi)
+        return torch.stack(picks, 1), (torch.stack(qs, 1) if qs[0] is not None else None)         # (B, k, V)
 
     def _block(self, context: Batch, k: int):
         """Each row's unseen tokens, then k - 1 masks, right-padded into one block: tokens,
