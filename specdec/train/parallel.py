@@ -95,11 +95,22 @@ def parallel_loss(teacher: LlamaModel, groups: int = GROUPS, K: int = MAX_K, see
     return loss_fn
 
 
-def exporter(model: ParallelDraft, tokenizer_json, out, max_k: int = MAX_K):
-    """export_fn(card) for trainer.train: the draft as a checkpoint, then its mask token."""
+TOKENIZER_FILES = ("tokenizer_config.json", "generation_config.json")   # a draft's own special tokens
+
+
+def exporter(model: ParallelDraft, tokenizer_json, out, max_k: int = MAX_K, like=None):
+    """export_fn(card) for trainer.train: the draft as a checkpoint, then its mask token; with
+    `like` (the folder the draft came from), that folder's TOKENIZER_FILES in place of the
+    generic ones save_checkpoint writes (a chat model's special tokens are not `<s>`)."""
+    import shutil
+    from pathlib import Path
+
     def export(card):
         save_checkpoint(model.draft, tokenizer_json, out, card=card)
         write_mask(out, model.mask_embedding, max_k)
+        for name in TOKENIZER_FILES if like is not None else ():
+            if (Path(like) / name).exists():
+                shutil.copyfile(Path(like) / name, Path(out) / name)
     return export
 
 

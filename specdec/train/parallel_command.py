@@ -42,7 +42,7 @@ def train_parallel(args, tc, work: Path, out: Path, tok, model_card) -> dict:
         text = model_card("parallel", cfg, state, args.corpus, init)
         return text if what is None else text.replace("the Python standard library's train split", what, 1)
     return train(model, tc, batch_fn, parallel_loss(teacher, seed=tc.seed), work, out, tokenizer,
-                 card_fn=card, export_fn=exporter(model, tokenizer, out))
+                 card_fn=card, export_fn=exporter(model, tokenizer, out, like=init if Path(init).is_dir() else None))
 
 
 def _kernel():
