@@ -31,7 +31,7 @@ from .costs.cost_model import CostModel
 from .costs.prior import prior_costs
 from .costs.profiling import grid_rows
 from .proposers.tree_size import tree_profile
-from .defaults import default_draft, default_head, default_target
+from .defaults import default_draft, default_head, default_parallel_draft, default_target
 from .engine.engine import Engine, cache_length
 from .engine.policy import KPolicy, simple_policy
 from .errors import ConfigError
@@ -40,6 +40,7 @@ from .models.head_loader import load_head, load_mtp, shipped_head, shipped_heads
 from .models.llama import LlamaModel
 from .models.memory import require
 from .models.loader import load_model, load_tokenizer
+from .models.mask_token import read_mask
 from .models.quantize import check_weights
 from .models.tokenizer import Tokenizer
 from .proposers import create as create_proposer
@@ -61,11 +62,14 @@ class Models:
     head: FeatureHead | None = None         # the eagle or mtp proposer's weights
 
 
-def default_pair(target: str | Path | None, draft: str | Path | None) -> tuple[Path, Path | None]:
-    """The checkpoints to load: the bundled target and draft when no target is named; a named
-    target gets a draft only when one is named too."""
+def default_pair(target: str | Path | None, draft: str | Path | None,
+                 method: str | None = None) -> tuple[Path, Path | None]:
+    """The checkpoints to load: the bundled target and draft when no target is named (for
+    method `parallel`, the bundled parallel draft); a named target gets a draft only when one
+    is named too."""
     if target is None:
-        return default_target(), Path(draft) if draft else default_draft()
+        return default_target(), Path(draft) if draft else (default_parallel_draft() if method == "parallel"
+                                                            else default_draft())
     return Path(target), Path(draft) if draft else None
 
 
@@ -78,7 +82,7 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
     see models/loader.py). `weights`, `draft_weights` (default: the target's): "float32",
     "int8", "int4" (models/quantize.py), or None: as each checkpoint stores them. `method`, `head`:
     see `feature_head`."""
-    target, draft = default_pair(target, draft)
+    target, draft = default_pair(target, draft, method)
     for w in (weights, draft_weights or weights):
         check_weights(w)                                  # before minutes of loading
     if threads:
@@ -92,6 +96,7 @@ def load_models(target: str | Path | None = None, draft: str | Path | None = Non
         d = load_model(draft, device=device, exact=False, compile=compile,   # a draft's numerics change no output
                        weights=draft_weights or weights)
         dtok = load_tokenizer(draft)
+        d.mask_token = read_mask(draft, d.config.hidden_size)     # a parallel draft's (models/mask_token.py)
         if d.config.vocab_size != t.config.vocab_size or dtok.tok.get_vocab() != tok.tok.get_vocab():
             # another tokenizer: the draft drafts across vocabularies (proposers/cross_vocab.py), or a
             # ConfigError says why this pair cannot

@@ -38,6 +38,13 @@ def default_draft() -> Path:
     return MODELS_DIR / "draft"
 
 
+def default_parallel_draft() -> Path:
+    """The bundled parallel draft (`--method parallel`'s draft for the bundled target), where it
+    is present; else the default draft, which the method refuses for having no mask token."""
+    d = MODELS_DIR / "draft-parallel"
+    return d if (d / "config.json").exists() else default_draft()
+
+
 def default_head() -> Path | None:
     """The bundled EAGLE head (trained for the bundled target), where it is present."""
     head = MODELS_DIR / "eagle"

@@ -27,4 +27,5 @@ def test_an_auto_label_runs_only_its_arms(tiny_target, tiny_draft):
     prompts = random_prompts(2, seed=3, vocab=64)
     out = proposers.run_once(models, "auto:draft+none", 3, prompts, 12, {})
     assert set(out["arm_share"]) == {"draft", "none"} and out["tokens"] == 24
-    assert set(proposers.run_once(models, "auto", 3, prompts, 12, {})["arm_share"]) == set(DEFAULT_ARMS)
+    # the default arms this pair has: `parallel` needs a draft with a mask token
+    assert set(proposers.run_once(models, "auto", 3, prompts, 12, {})["arm_share"]) == set(DEFAULT_ARMS) - {"parallel"}

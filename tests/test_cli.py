@@ -83,6 +83,8 @@ def bad_cases(tiny_dirs, other_vocab_dir, tmp_path):
         "top_k negative": (base + ["--top-k", "-1"], "top_k"),
         "malformed jsonl": (["generate", "--target", str(t), "--batch-file", str(jsonl)], "bad.jsonl:2"),
         "unknown method": (base + ["--method", "telepathy"], "unknown method"),
+        "parallel without a mask token": (base + ["--draft", str(d), "--method", "parallel", "--k", "3"], "mask token"),
+        "parallel without a draft": (base + ["--method", "parallel", "--k", "3"], "needs a parallel draft"),
     }
 
 

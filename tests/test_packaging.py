@@ -16,7 +16,7 @@ import pytest
 from specdec.defaults import BUNDLED, MODELS_DIR, bundled_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINTS = ("target", "draft", "draft-distill")
+CHECKPOINTS = ("target", "draft", "draft-distill", "draft-parallel")
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                     "tokenizer_config.json")
 HEAD_FILES = ("config.json", "model.safetensors", "README.md")   # a feature head folder's
@@ -94,6 +94,7 @@ def test_a_built_wheel_works_from_a_fresh_venv_outside_the_checkout(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"specdec/py.typed", f"specdec/{BUNDLED}/tokenizer.json"} <= names
     assert all(f"specdec/{BUNDLED}/{c}/{f}" in names for c in CHECKPOINTS for f in CHECKPOINT_FILES)
+    assert f"specdec/{BUNDLED}/draft-parallel/mask_embedding.safetensors" in names      # its mask token
     heads = [d.name for d in bundled_dir().iterdir()           # the bundled target's head, and any other shipped
              if "SpecdecFeatureHead" in ((d / "config.json").read_text() if (d / "config.json").is_file() else "")]
     assert "eagle" in heads and all(f"specdec/{BUNDLED}/{h}/{f}" in names for h in heads for f in HEAD_FILES)

@@ -26,6 +26,8 @@ class Costs:
     t_round: Callable[..., float]                   # (b, k, sampled[, L]) -> seconds of a real engine step
     source: str                                     # how the numbers were obtained, for the report
     raw: dict = field(default_factory=dict)         # the cost model's own table
+    t_drafting: Callable[[int, int], float] | None = None   # (b, k) -> seconds of a round's drafting
+                                                    # (None: k * t_draft(b); a parallel draft: one forward)
 
     def ratio(self, b: int, k: int, sampled: bool = False) -> float:
         """A k-draft round's cost in plain engine steps at the same batch size."""
@@ -36,8 +38,11 @@ class Costs:
         return self.t_round(b, k, sampled) if L is None else self.t_round(b, k, sampled, L)
 
     def forward_ratio(self, b: int, k: int) -> float:
-        """The same from the forwards alone: (t_target(b, k+1) + k t_draft(b)) / t_target(b, 1)."""
-        return cost_ratio(self.t_target, self.t_draft, b, k)
+        """The same from the forwards alone: (t_target(b, k+1) + k t_draft(b)) / t_target(b, 1),
+        or with the drafting's own price where it is not k steps (t_drafting)."""
+        if self.t_drafting is None:
+            return cost_ratio(self.t_target, self.t_draft, b, k)
+        return (self.t_target(b, k + 1) + self.t_drafting(b, k)) / self.t_target(b, 1)
 
     def table(self, batch_sizes, q_max: int) -> dict:
         """For the report: {"b", "q", "t_s": t(b, q) per b, "t_draft_s", "round_s": real step
@@ -88,7 +93,8 @@ def load_costs(target, proposer=None, batch_sizes=(1,), q_max: int = 9, context:
                           on_row=on_progress and (lambda j, n, i=i: on_progress((i + 1 + j / n) / (1 + len(modes)))))
     return Costs(lambda b, q: cm.t_target(b, q, context), lambda b: cm.t_draft(key, b, context) if key else 0.0,
                  lambda b, k, s, L=None: cm.t_round(key, b, k, context if L is None else L, s),
-                 "measured cost model (costs/cost_model.py): forwards plus real engine rounds", cost_table(cm))
+                 "measured cost model (costs/cost_model.py): forwards plus real engine rounds", cost_table(cm),
+                 lambda b, k: cm.t_drafting(key, b, k, context) if key else 0.0)
 
 
 def cost_table(cm: CostModel) -> dict:

@@ -19,7 +19,7 @@ def serving(args, host: str = "127.0.0.1", k=4, max_batch: int = 32):
     from ..errors import ConfigError
     from ..server.app import ServerConfig, create_app
 
-    target, draft = default_pair(getattr(args, "target", None), getattr(args, "draft", None))
+    target, draft = default_pair(getattr(args, "target", None), getattr(args, "draft", None), getattr(args, "method", None))
     models = load_models(target, draft, device=getattr(args, "device", "cpu") or "cpu",
                          threads=getattr(args, "threads", None), compile=getattr(args, "compile", None),
                          weights=getattr(args, "dtype", None), draft_weights=getattr(args, "draft_dtype", None))

@@ -104,7 +104,7 @@ def analyze(target: PathLike | None = None, draft: PathLike | None = None, metho
     if prompts is None and workload != "auto":
         pick_workloads(workload, None)                     # a bad name is refused before loading
     want = speculation(draft, method, max(s["k"]), None, proposer_options)
-    target_dir, draft_dir = default_pair(target, want.draft)
+    target_dir, draft_dir = default_pair(target, want.draft, want.method)
     folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="specdec-analysis-"))
     with Progress(disabled=not progress) as bars:
         bars.note("loading models and prompts")

@@ -35,7 +35,7 @@ class LLM:
     target, draft: checkpoint directories. With neither, the bundled target and draft; a
         named target gets a draft only when one is named (`specdec generate`'s rule).
     model: vLLM's name for `target` (give one or the other).
-    method: the proposer (draft, ngram, suffix, layerskip, eagle, mtp, auto or none); default:
+    method: the proposer (draft, parallel, ngram, suffix, layerskip, eagle, mtp, auto or none); default:
         draft when a draft is loaded, else none.
     head: eagle's feature head (default: the shipped head trained for the target, found by
         its weights hash: build.find_head).
@@ -67,7 +67,7 @@ class LLM:
         check_k(want.k, k_max)
         limits = EngineConfig(max_batch=max_batch, device=device, threads=threads,  # checked before loading
                               max_model_len=EngineConfig.max_model_len if max_model_len is None else max_model_len)
-        target_dir, draft_dir = default_pair(target if target is not None else model, want.draft)
+        target_dir, draft_dir = default_pair(target if target is not None else model, want.draft, want.method)
         self._models = load_models(target_dir, draft_dir, device=device, threads=threads, compile=compile,
                                    weights=dtype, draft_weights=draft_dtype, method=want.method,
                                    head=head if head is not None else want.head)

@@ -111,8 +111,10 @@ DEFAULT_FREE = "ngram"      # analyzed without --method or a draft: the cheapest
 
 
 def proposers_of(models) -> list[str]:
-    """The proposers this target has: a loaded draft, a loaded EAGLE head, the draft-free ones."""
+    """The proposers this target has: a loaded draft (and parallel drafting where it has a mask
+    token), a loaded EAGLE head, the draft-free ones."""
     return ((["draft"] if models.draft is not None else [])
+            + (["parallel"] if getattr(models.draft, "mask_token", None) is not None else [])
             + (["eagle"] if getattr(models.head, "source", "") == "eagle" else []) + list(DRAFT_FREE))
 
 
@@ -134,6 +136,9 @@ def check_compare(methods: list[str], models) -> None:
         if (m == "draft" and models.draft is None) or (m in ("eagle", "mtp") and getattr(models.head, "source", "") != m):
             raise ConfigError(f"--compare {m}: its model is not loaded (" + {"draft": "--draft DIR", "eagle": "--head DIR",
                                                                               "mtp": "--method mtp"}[m] + ")")
+        if m == "parallel" and getattr(models.draft, "mask_token", None) is None:
+            raise ConfigError("--compare parallel: the loaded draft has no mask token (--draft DIR of a draft "
+                              "trained by `specdec train parallel`; it also drafts step by step as `draft`)")
 
 
 def run(args) -> int:
@@ -147,7 +152,7 @@ def run(args) -> int:
     from ..build import default_pair, find_head, load_models
 
     s = _settings(args)
-    target, draft = default_pair(args.target, args.draft)
+    target, draft = default_pair(args.target, args.draft, args.method)
     found = read_prompts(args.prompts, args.turns) if args.prompts else None     # a bad file: before loading
     with Progress(disabled=args.no_progress) as bars:
         bars.note("loading models and prompts")

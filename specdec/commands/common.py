@@ -42,8 +42,9 @@ def load_kwargs(args) -> dict:
 
 
 def add_method_args(p, k_table: bool = True, tree: bool = True) -> None:
-    p.add_argument("--method", help="proposer: draft, ngram, suffix, layerskip, eagle, mtp, auto or none "
-                                    "(default: draft when a draft model is given, else none)")
+    p.add_argument("--method", help="proposer: draft, parallel, ngram, suffix, layerskip, eagle, mtp, auto or "
+                                    "none (default: draft when a draft model is given, else none; parallel: a "
+                                    "draft with a mask token, k drafts from one forward; the bundled one by default)")
     p.add_argument("--head", type=Path, metavar="DIR",
                    help="eagle: the feature head (default: the shipped head for the target, by its weights hash)")
     p.add_argument("--k", type=_k, default=None,

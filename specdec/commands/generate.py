@@ -74,7 +74,7 @@ def run(args) -> int:
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             seed=args.seed, max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos,
                             coupling=args.sampling_coupling)
-    target, draft = default_pair(args.target, args.draft)
+    target, draft = default_pair(args.target, args.draft, args.method)
     models = load_models(target, draft, **load_kwargs(args))
     spec = spec_from_args(args, has_draft=models.draft is not None)
     # a batch never holds more rows than there are prompts: fewer rows to size the cache for

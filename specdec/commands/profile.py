@@ -89,8 +89,8 @@ def run(args) -> int:
 
     if args.k_max < 1 or args.max_batch < 1 or any(b < 1 for b in args.batch_sizes):
         raise ConfigError("--k-max, --max-batch and --batch-sizes must be >= 1")
-    target, draft = default_pair(args.target, args.draft)
-    if args.method not in (None, "draft") and args.draft is None:
+    target, draft = default_pair(args.target, args.draft, args.method)
+    if args.method not in (None, "draft", "parallel") and args.draft is None:
         draft = None                                      # another method: no draft model to load
     models = load_models(target, draft, **load_kwargs(args))
     spec = spec_config(args.method, "auto", args.k_max, models.draft is not None,

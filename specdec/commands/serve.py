@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ..defaults import default_draft, default_target
+from ..defaults import default_draft, default_parallel_draft, default_target
 from ..errors import ConfigError
 from .common import add_load_args, load_kwargs, add_method_args, read_template, spec_from_args
 
@@ -60,8 +60,9 @@ def run(args) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
     template = read_template(args.chat_template)
     target = args.target or default_target()
-    draft = args.draft if args.draft or args.target else default_draft()
-    if args.method not in (None, "draft") and args.draft is None:
+    draft = args.draft if args.draft or args.target else (
+        default_parallel_draft() if args.method == "parallel" else default_draft())
+    if args.method not in (None, "draft", "parallel") and args.draft is None:
         draft = None
     load = load_kwargs(args)
     if load["head"] is None and args.method not in ("eagle", "mtp"):

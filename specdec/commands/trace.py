@@ -52,7 +52,7 @@ def run(args) -> int:
         raise PromptError("empty prompt")
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                             max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos)
-    models = load_models(*default_pair(args.target, args.draft), **load_kwargs(args))
+    models = load_models(*default_pair(args.target, args.draft, args.method), **load_kwargs(args))
     spec = spec_from_args(args, has_draft=models.draft is not None)
     engine = make_engine(models, spec, EngineConfig(max_batch=1, device=args.device,
                                                     max_model_len=models.target.config.max_position_embeddings))

@@ -5,6 +5,7 @@
     cm.t_round(key, b, k, L, sampled)     # a real engine step drafting k (k = 0: plain decoding)
     cm.curve(key, b, k_max, sampled)      # t_round for k = 0..k_max as (base, slope in L)
     cm.t_target(b, q, L), cm.t_draft(key, b, L)       # one forward (profiling.py)
+    cm.t_drafting(key, b, k, L)           # a round's drafting: k steps, or one forward of k + 1
 
 Forwards (profiling.py) and real rounds (rounds.py, per proposer and sampling mode) are read
 from the cache and timed only where it lacks them, and only when asked.
@@ -36,6 +37,8 @@ class CostModel:
         self._curves: dict[tuple, tuple] = {}     # curve(): a closed batch's tail reads every size
         self.host: dict[CostKey, float] = {}      # CostKey -> host seconds per row and draft step beyond the
                                                   # forward (a cross-vocabulary draft's re-tokenization)
+        self.one_forward: set[CostKey] = set()    # proposers that draft k tokens in one forward of k + 1
+                                                  # positions (proposers/parallel.py), not k steps
 
     @classmethod
     def load_or_measure(cls, target, proposer_or_draft=None, k_max: int = 8, batch_sizes=(1,),
@@ -50,7 +53,9 @@ class CostModel:
         l_long = max(1, min(l_long, target.config.max_position_embeddings - k_max - 2))
         l_ref = max(1, min(l_ref, l_long // 4))
         models = {None: (target, None)}
-        for sub in getattr(proposer_or_draft, "arms", None) or [proposer_or_draft]:
+        subs = getattr(proposer_or_draft, "arms", None) or [proposer_or_draft]
+        one_forward = {sub.cost_key() for sub in subs if getattr(sub, "one_forward", False)}
+        for sub in subs:
             if sub is not None and not hasattr(sub, "cost_key"):
                 models[DRAFT_KEY] = (sub, None)
             elif getattr(sub, "model", None) is not None:
@@ -59,21 +64,23 @@ class CostModel:
         for key, (model, layers) in models.items():
             ident = identities[key] = cache.model_identity(model, layers)
             h = cache.identity_hash(ident)
+            wide = key is None or key in one_forward      # timed at q = 1..k_max + 1, not a step's q = 1
             if h not in by_hash:                          # a draft shaped like the target shares its table
                 d = None if remeasure else cache.load(ident)
                 same = d is not None and (d["profile"]["l_ref"], d["profile"]["l_long"]) == (l_ref, l_long)
                 p = ModelProfile.from_json(d["profile"], d["contended"]) if same else ModelProfile(l_ref, l_long)
                 by_hash[h] = p
                 since = snapshot()
-                if announce and p.missing(list(batch_sizes), 1 if key else k_max + 1, None if key else qs):
+                if announce and p.missing(list(batch_sizes), k_max + 1 if wide else 1, qs if wide else None):
                     print(announce, file=sys.stderr, flush=True)
                     announce = None
-                if p.measure(model, list(batch_sizes), 1 if key else k_max + 1, layers,
-                             None if key else qs, **(timing or {})):
+                if p.measure(model, list(batch_sizes), k_max + 1 if wide else 1, layers,
+                             qs if wide else None, **(timing or {})):
                     p.contended = p.contended or cache.contended(since)
                     cache.save(ident, {"profile": p.to_json()}, p.contended)
             profiles[key] = by_hash[h]
         cm = cls(profiles.pop(None), profiles, k_max, identities)
+        cm.one_forward = one_forward
         for sub in getattr(proposer_or_draft, "arms", None) or [proposer_or_draft]:
             if getattr(sub, "host_seconds_per_token", None) is not None:
                 cm.host[sub.cost_key()] = sub.host_seconds_per_token
@@ -132,9 +139,19 @@ class CostModel:
         prof = self.drafts.get(key)
         return (prof.t(b, 1, L) if prof is not None else 0.0) + b * self.host.get(key, 0.0)
 
+    def t_drafting(self, key: CostKey | None, b: float, k: int, L: float | None = None) -> float:
+        """Seconds of a round's drafting: k draft steps, or for a proposer that drafts in one
+        forward (`one_forward`), that forward of k + 1 positions (the pending token and the
+        accepted drafts it has not seen, then k - 1 masks: k + 1 on average)."""
+        key = CostKey.parse(key) if isinstance(key, str) else key
+        if key in self.one_forward and k > 0:
+            prof = self.drafts.get(key)
+            return (prof.t(b, k + 1, L) if prof is not None else 0.0) + b * self.host.get(key, 0.0)
+        return k * self.t_draft(key, b, L)
+
     def forward_round(self, key: CostKey | None, b: float, k: int, L: float | None = None) -> float:
-        """Forward-only seconds of a round: k draft steps and one verify forward of k + 1."""
-        return self.t_target(b, k + 1, L) + k * self.t_draft(key, b, L)
+        """Forward-only seconds of a round: its drafting and one verify forward of k + 1."""
+        return self.t_target(b, k + 1, L) + self.t_drafting(key, b, k, L)
 
     def t_round(self, key: CostKey | None, b: float, k: int, L: float | None = None, sampled=False) -> float:
         """Seconds of a real engine step drafting k: the round table of `sampled`'s mode, else
@@ -150,7 +167,12 @@ class CostModel:
         c = (key, b, range((self.k_max if k_max is None else k_max) + 1), sampled)
         if c not in self._curves:
             d = self.drafts.get(key)
-            per_draft = d.per_token(b, 1) if d is not None else 0.0       # the host work does not grow with L
+            if d is None:                                                  # the host work does not grow with L
+                drafting = [0.0 for k in c[2]]
+            elif key in self.one_forward:
+                drafting = [d.per_token(b, k + 1) if k else 0.0 for k in c[2]]
+            else:
+                drafting = [k * d.per_token(b, 1) for k in c[2]]
             self._curves[c] = (np.array([self.t_round(key, b, k, None, sampled) for k in c[2]]),
-                               np.array([self.target.per_token(b, k + 1) + k * per_draft for k in c[2]]))
+                               np.array([self.target.per_token(b, k + 1) + dk for k, dk in zip(c[2], drafting)]))
         return self._curves[c]

@@ -89,8 +89,9 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, self.hkv, self.hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        if cache is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.hkv != self.h)
+        if cache is None:          # training: causal, or `mask` (B, 1, T, T) True where a query may look
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                 enable_gqa=self.hkv != self.h)
         else:
             out = self._cached(q, k, v, layer, cache, positions, mask)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.h * self.hd))
@@ -204,7 +205,8 @@ class LlamaModel(nn.Module):
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
                 num_layers: int | None = None, hidden_only: bool = False,
                 argmax_out: torch.Tensor | None = None, tree: TreeAttention | None = None,
-                hidden_out: torch.Tensor | None = None, embeds: torch.Tensor | None = None):
+                hidden_out: torch.Tensor | None = None, embeds: torch.Tensor | None = None,
+                attn_mask: torch.Tensor | None = None):
         """tokens, positions: (B, T) int64 -> logits (B, T, V).
 
         With a cache, K/V are written at `positions` for rows [0, B) and each query attends to
@@ -217,21 +219,26 @@ class LlamaModel(nn.Module):
         final normed hidden states the logits are read from (a feature-head proposer's input),
         copied from the same forward. `embeds`, a (B, T, hidden) float tensor, replaces the
         token embeddings as the first layer's input (a feature head's; `tokens` are then unread).
+        `attn_mask`, without a cache only (training): a (B, T, T) bool tensor, True where query t
+        may attend to key s, in place of the causal mask (a parallel draft's mask groups).
         """
+        if attn_mask is not None and cache is not None:
+            raise ValueError("attn_mask is for the uncached (training) forward")
         if cache is not None and not torch.is_grad_enabled():
             return self.runner.forward(tokens, positions, cache, num_layers, hidden_only, argmax_out, tree,
                                        hidden_out, embeds)
-        logits = self.eager(tokens, positions, cache, num_layers, hidden_only, tree, hidden_out, embeds)
+        logits = self.eager(tokens, positions, cache, num_layers, hidden_only, tree, hidden_out, embeds, attn_mask)
         return argmax_into(logits, argmax_out)
 
     def eager(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
               num_layers: int | None = None, hidden_only: bool = False, tree: TreeAttention | None = None,
-              hidden_out: torch.Tensor | None = None, embeds: torch.Tensor | None = None):
+              hidden_out: torch.Tensor | None = None, embeds: torch.Tensor | None = None,
+              attn_mask: torch.Tensor | None = None):
         """The forward in eager PyTorch, op by op (what the CUDA graphs capture)."""
         B, T = tokens.shape
         x = self.model.embed_tokens(tokens) if embeds is None else embeds   # (B, T, d)
         cos, sin = self.rope(positions)
-        mask, slots = None, positions
+        mask, slots = (None if attn_mask is None else attn_mask[:, None]), positions   # (B, 1, T, T)
         if cache is not None and tree is not None:        # a tree: its slots and ancestors
             slots = tree.slots.to(tokens.device)
             mask = ~visible(tree, cache.max_len).to(tokens.device)[:, None, None]      # (B, 1, 1, T, S)

@@ -1,6 +1,7 @@
 """`auto`: choose a proposer per request, online, by measured goodput.
 
-Arms: DEFAULT_ARMS that are available (draft when a draft model was given, ngram, suffix), or
+Arms: DEFAULT_ARMS that are available (draft when a draft model was given, parallel when it has
+a mask token, ngram, suffix), or
 those named by `auto_arms` (also eagle or mtp with a head, layerskip, none). Each round, every
 running request (batch row) picks one arm; the arms picked by at least one row propose for the
 whole batch and each row keeps its own arm's tokens. After verification, the row's reward is
@@ -51,7 +52,9 @@ from .base import Draft, NoProposer, Proposer, create, register
 # `layerskip`: a shallow self-draft costs a sizeable share of a target step, so the policy mostly
 # runs it at k = 0, and every arm it plays that way costs exploration for nothing. Each extra arm
 # dilutes the rounds the better arms get (figures: benchmarks/results/auto-2026-12-07).
-DEFAULT_ARMS = ("draft", "ngram", "suffix")
+# `parallel` is an arm only where the draft has a mask token (a parallel draft also drafts
+# sequentially: the draft arm runs the same model step by step).
+DEFAULT_ARMS = ("draft", "parallel", "ngram", "suffix")
 
 
 class _Stats:
@@ -250,6 +253,8 @@ def _build(target, spec, draft_model=None, rows=1, max_len=1024, head=None, **_)
     for n in names:
         if (n == "draft" and draft_model is None) or (n in ("eagle", "mtp") and head is None):
             continue                          # no draft model or head given: not an arm
+        if n == "parallel" and getattr(draft_model, "mask_token", None) is None:
+            continue                          # a draft without a mask token drafts sequentially only
         if n == "layerskip" and target.config.num_hidden_layers < 2:
             continue
         arms[n] = NoProposer() if n == "none" else create(

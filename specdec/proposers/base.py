@@ -46,6 +46,8 @@ class Proposer(ABC):
     name = "base"
     max_k: int | None = None        # the proposer's own cap on k, if any
     uses_features = False           # the target hands it its final hidden states (take_features)
+    one_forward = False             # drafts k tokens in one forward of its model (k + 1 positions),
+                                    # priced so by the cost model, not as k steps
 
     @abstractmethod
     def propose(self, batch: Batch, k: int) -> Draft:

@@ -25,6 +25,8 @@ def request_spec(req, cfg, models) -> tuple:
         raise HTTPError(400, f"unknown speculative method {method!r}; choose one of "
                              f"{', '.join(available_methods())}", param="speculative.method")
     need = {"draft": ("a draft model", models.draft is not None, "--draft DIR"),
+            "parallel": ("a draft with a mask token", getattr(models.draft, "mask_token", None) is not None,
+                         "--draft DIR (a parallel draft)"),
             "eagle": ("a feature head", getattr(models.head, "source", "") == "eagle", "--head DIR"),
             "mtp": ("MTP layers", getattr(models.head, "source", "") == "mtp", "--method mtp")}.get(method)
     if need is not None and not need[1]:

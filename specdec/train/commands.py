@@ -24,13 +24,14 @@ DEFAULTS = {"target": dict(tokens=6_000_000, minutes=100, lr=1e-3),
             "eagle": dict(tokens=2_000_000, minutes=45, lr=1e-3),
             "draft": dict(tokens=12_000_000, minutes=30, lr=2e-3),
             "distill": dict(tokens=3_000_000, minutes=20, lr=5e-4),
+            "parallel": dict(tokens=3_000_000, minutes=20, lr=5e-4),
             "unlikelihood": dict(tokens=2_000_000, minutes=40, lr=3e-4)}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="train the tokenizer, target, draft, distilled draft or feature head; "
-                       "fine-tune the target away from loops (unlikelihood)")
-    p.add_argument("what", choices=["tokenizer", "target", "draft", "distill", "eagle", "unlikelihood"],
+    p = sub.add_parser("train", help="train the tokenizer, target, draft, distilled draft, parallel draft or "
+                       "feature head; fine-tune the target away from loops (unlikelihood)")
+    p.add_argument("what", choices=["tokenizer", "target", "draft", "distill", "parallel", "eagle", "unlikelihood"],
                    help="unlikelihood: fine-tune --init (default --target) away from greedy loops")
     p.add_argument("--out", type=Path, help="checkpoint directory (default models/<what>)")
     p.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer.json"))
@@ -46,12 +47,13 @@ def add_parser(sub) -> None:
     p.add_argument("--mtp", type=Path, metavar="DIR",
                    help="eagle: also write the head as MTP layers into a copy of --target in DIR")
     p.add_argument("--init", type=Path, help="start from this checkpoint's weights (a warm start; for "
-                   "distill the student, default models/draft; for eagle a head; for unlikelihood "
+                   "distill the student, default models/draft; for parallel a draft of the target's "
+                   "vocabulary, default models/draft-distill; for eagle a head; for unlikelihood "
                    "default --target)")
     p.add_argument("--corpus", choices=CORPORA + ("sharegpt",),
                    help="stdlib: the standard library's train split; extended (the default): plus pinned "
                         "third-party packages downloaded into the cache (train/packages.py); sharegpt "
-                        "(eagle only; its default for a target with a chat template): ShareGPT V3's "
+                        "(eagle and parallel; their default for a target with a chat template): ShareGPT V3's "
                         "training split through the target's chat template, and the target's replies")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --work")
     p.add_argument("--tokens", type=int)
@@ -103,7 +105,7 @@ def run(args) -> int:
     tc = TrainConfig(tokens=args.tokens or d["tokens"], minutes=args.minutes or d["minutes"],
                      lr=args.lr or d["lr"], threads=args.threads, seed=args.seed, batch=args.batch,
                      device=args.device, bf16=args.bf16, stop_after=args.stop_after)
-    out = args.out or Path("models") / ("draft-distill" if args.what == "distill" else args.what)
+    out = args.out or Path("models") / {"distill": "draft-distill", "parallel": "draft-parallel"}.get(args.what, args.what)
     if args.mtp is not None and args.what != "eagle":
         raise ConfigError("--mtp goes with `specdec train eagle`")
     work = args.work or cache_dir() / f"train-{args.what}{'-like' if args.like else ''}"
@@ -118,8 +120,14 @@ def run(args) -> int:
         return 0
     tok = Tokenizer.from_file(args.tokenizer, bos_id=0, eos_id=1)
     args.corpus = args.corpus or _default_corpus(args)
-    if args.corpus == "sharegpt" and args.what != "eagle":
-        raise ConfigError("--corpus sharegpt trains a feature head (`specdec train eagle`)")
+    if args.corpus == "sharegpt" and args.what not in ("eagle", "parallel"):
+        raise ConfigError("--corpus sharegpt trains a feature head or a parallel draft (`specdec train eagle`, "
+                          "`specdec train parallel`)")
+    if args.what == "parallel":
+        from .parallel_command import train_parallel
+        state = train_parallel(args, tc, work, out, tok, model_card)
+        print(json.dumps({"out": str(out), **state}))
+        return 0
     if args.what == "eagle":
         from .eagle_command import train_head
         data = None
@@ -175,8 +183,8 @@ def _check_like(args) -> None:
 
 
 def _default_corpus(args) -> str:
-    """extended; for eagle on a target with a chat template, sharegpt (its users' chats)."""
-    if args.what != "eagle":
+    """extended; for eagle or parallel on a target with a chat template, sharegpt (its users' chats)."""
+    if args.what not in ("eagle", "parallel"):
         return "extended"
     from ..models.loader import load_tokenizer
     from .eagle_command import check_target

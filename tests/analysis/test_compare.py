@@ -54,3 +54,26 @@ def test_layerskip_compares_beside_ngram(tiny_target):
     plan = Plan([Cell("chat", 2, 1, 0.0)], prompts, groups=1, max_new_tokens=8, compare=("layerskip",))
     (cell,) = [r.as_dict() for r in run_plan(Models(tiny_target, None, None), plan, spec_for_k)]
     assert cell["compare"]["layerskip"]["identical_to_chain"] is True
+
+
+def test_parallel_compares_beside_the_draft_and_needs_a_mask_token(tiny_target, tiny_draft):
+    """A parallel draft (a draft with a mask token) is compared as `parallel` beside `draft`
+    (the same model step by step); a draft without one is refused for it."""
+    from specdec.commands.analyze import proposers_of
+    from specdec.models.llama import LlamaModel
+    from tests.proposers.parallel_drafts import with_mask
+    with pytest.raises(ConfigError, match="mask token"):
+        check_compare(["parallel"], Models(tiny_target, None, tiny_draft))
+    pdraft = LlamaModel(tiny_draft.config)
+    pdraft.load_state_dict(tiny_draft.state_dict())
+    pdraft = with_mask(pdraft.eval().prepare(tiny_draft.kernel))
+    models = Models(tiny_target, None, pdraft)
+    assert proposers_of(models)[:2] == ["draft", "parallel"]
+    check_compare(["parallel"], models)
+
+    def spec_for_k(k):
+        return SpecConfig(method="draft" if k else "none", k=k)
+    prompts = {"code": random_prompts(2, seed=5, hi=12)}
+    plan = Plan([Cell("code", 3, 1, 0.0)], prompts, groups=1, max_new_tokens=10, compare=("parallel",))
+    (cell,) = [r.as_dict() for r in run_plan(models, plan, spec_for_k)]
+    assert cell["compare"]["parallel"]["identical_to_chain"] is True

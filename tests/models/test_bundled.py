@@ -9,7 +9,7 @@ from specdec.cli import main
 from specdec.defaults import MODELS_DIR, default_draft
 from specdec.models.loader import load_model
 
-NAMES = ("target", "draft", "draft-distill")
+NAMES = ("target", "draft", "draft-distill", "draft-parallel")
 
 
 def test_every_bundled_checkpoint_is_there():

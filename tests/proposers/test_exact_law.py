@@ -76,7 +76,7 @@ def sampled(pair, method, T=1.0, top_k=0, top_p=1.0, greedy_every=0, n=N, tree=0
     k chosen every round by k = auto from a cold start (the round table learnt online)."""
     target, draft = pair
     eng = Engine(target, SpecConfig(method=method, k=2, options=OPTIONS.get(method, {}), tree=tree),
-                 EngineConfig(max_batch=256, max_model_len=32), draft=draft if method == "draft" else None)
+                 EngineConfig(max_batch=256, max_model_len=32), draft=draft if method in ("draft", "parallel") else None)
     if adaptive:
         eng.policy = cold_policy(eng.proposer)
     greedy = [greedy_every and i % greedy_every == 0 for i in range(n)]
