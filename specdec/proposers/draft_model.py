@@ -48,12 +48,12 @@ class DraftModelProposer(Proposer):
         self._advance([len(f) + k - 1 for f in feeds])
         return Draft(tokens=out, probs=q)
 
-    def _unseen(self, context: Batch):
-        """What each row's cache has not seen (1-2 tokens, more after k = 0), as one block:
-        (feeds, tokens (B, T) zero-padded, positions (B, T))."""
+    def _unseen(self, context: Batch, extra: int = 0):
+        """What each row's cache has not seen (1-2 tokens, more after k = 0), as one block with
+        `extra` more slots after the longest: (feeds, tokens (B, T) zero-padded, positions (B, T))."""
         dev, lens = self.model.device, self.cache.lengths
         feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]
-        T = max(len(f) for f in feeds)
+        T = max(len(f) for f in feeds) + extra
         tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)
         start = torch.tensor(lens[:len(context)], device=dev)
         positions = (start[:, None] + torch.arange(T, device=dev)).clamp_(max=self.cache.max_len - 1)

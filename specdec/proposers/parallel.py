@@ -17,41 +17,24 @@ import torch
 from ..batch import Batch
 from ..costs.key import CostKey
 from ..errors import ConfigError
-from ..models.prefill import prefill_rows
-from .base import Draft, Proposer, register
+from .base import Draft, register
 from ..verify.sampling import probs_from_logits, sample
+from .draft_model import DraftModelProposer
 from .picking import DraftRule
 
-PAD_ID = 0       # the token id in mask and padding slots: a mask slot's embedding is the mask's, a
-                 # pad's entries lie past its row's length; either way the id itself is never read
 
-
-class ParallelProposer(Proposer):
+class ParallelProposer(DraftModelProposer):
     """Runs `model` (a LlamaModel with a `mask_token`, models/mask_token.py) with a KV cache of
-    its own, one row per batch row; k drafts per round from one forward of at most
-    k + 1 + (k - 1) positions (usually 1 or 2 real ones and the masks)."""
+    its own, one row per batch row, prefilled as the draft model's; k drafts per round from one
+    forward of at most k + 1 + (k - 1) positions (usually 1 or 2 real ones and the masks)."""
     name = "parallel"
     one_forward = True      # a round's drafting is one forward of its positions (costs/cost_model.py)
 
     def __init__(self, model, rows: int, max_len: int, name: str = "parallel"):
-        self.model, self.name = model, name
+        super().__init__(model, rows, max_len, name=name)
         self.mask = model.mask_token
         self.max_k = self.mask.max_k          # the longest draft trained; longer ones stay lossless
-        self.cache = model.new_cache(rows, max_len)
         self._embedding = self.mask.embedding.to(model.device, model.model.norm.weight.dtype)    # (d,)
-        self._committed: list[int] | None = None
-
-    def start(self, row, seq):
-        self.start_rows([row], [seq])
-
-    def start_rows(self, rows, seqs):
-        """Prefill every prompt but its last token (the pending one), as the draft model does."""
-        if rows:
-            with torch.inference_mode():
-                prefill_rows(self.model, self.cache, [seq.token_ids[:-1] for seq in seqs], rows[0], hidden_only=True)
-
-    def row_state(self):
-        return [self.cache]
 
     @torch.inference_mode()
     def propose(self, context: Batch, k: int) -> Draft:
@@ -91,16 +74,12 @@ class ParallelProposer(Proposer):
 
     def _block(self, context: Batch, k: int):
         """Each row's unseen tokens, then k - 1 masks, right-padded into one block: tokens,
-        positions, is_mask (B, T) and last (B,), the slot of each row's last real token."""
-        dev, lens = self.model.device, self.cache.lengths
-        feeds = [seq.token_ids[lens[b]:] for b, seq in enumerate(context)]
-        T = max(len(f) for f in feeds) + k - 1
-        tokens = torch.tensor([f + [PAD_ID] * (T - len(f)) for f in feeds], dtype=torch.long, device=dev)
-        slot = torch.arange(T, device=dev)
-        n = torch.tensor([len(f) for f in feeds], device=dev)                          # (B,)
+        positions, is_mask (B, T) and last (B,), the slot of each row's last real token. A mask
+        slot's token id is the padding's, never read: its embedding is the mask's."""
+        feeds, tokens, positions = self._unseen(context, extra=k - 1)
+        slot = torch.arange(tokens.shape[1], device=tokens.device)
+        n = torch.tensor([len(f) for f in feeds], device=tokens.device)                # (B,)
         is_mask = (slot[None] >= n[:, None]) & (slot[None] < n[:, None] + k - 1)        # (B, T)
-        start = torch.tensor(lens[:len(context)], device=dev)
-        positions = (start[:, None] + slot).clamp_(max=self.cache.max_len - 1)          # (B, T)
         return tokens, positions, is_mask, n - 1
 
     def rollback(self, num_accepted):
