@@ -81,7 +81,7 @@ class CostModel:
             profiles[key] = by_hash[h]
         cm = cls(profiles.pop(None), profiles, k_max, identities)
         cm.one_forward = one_forward
-        for sub in getattr(proposer_or_draft, "arms", None) or [proposer_or_draft]:
+        for sub in subs:
             if getattr(sub, "host_seconds_per_token", None) is not None:
                 cm.host[sub.cost_key()] = sub.host_seconds_per_token
         return cm
