@@ -1,6 +1,6 @@
 """What one model's forward costs: timed at grid points, interpolated in between.
 
-A `ModelProfile` maps (L, b, q) to the median seconds of one cached forward called as the
+A `ModelProfile` maps (L, b, q) to the seconds of one cached forward (time_forwards) called as the
 engine calls it: b rows of L cached tokens, each feeding q new positions (q = k + 1 verifies
 k drafts; a draft model's step is q = 1). Points are timed at batch rows b, q = 1..q_max and
 cache lengths l_ref and l_long. In between, t is piecewise linear in q within a row, linear
@@ -35,24 +35,41 @@ def interp(xs: list[float], ys: list[float], x: float) -> float:
 @torch.inference_mode()
 def time_forwards(model, b: int, L: int, qs: list[int], num_layers: int | None = None,
                   min_time: float = 0.05, min_reps: int = 3, max_reps: int = 15) -> dict[int, float]:
-    """q -> median seconds of `model(tokens (b, q), positions, cache)` with L tokens cached per
-    row, after one warm-up call: at least `min_reps` calls and `min_time` s, at most `max_reps`."""
+    """q -> seconds of `model(tokens (b, q), positions, cache)` with L tokens cached per row.
+
+    Every pass calls each q once, passes in pairs of opposite order, after one warm-up pass: at
+    least `min_reps` passes and `min_time` s per q, at most `max_reps` (rounded up to a pair).
+    The first q's time is its median; another q's is that times the median over passes of its
+    ratio to the first q's call in the same pass. Timed q by q instead, a machine that speeds up or slows down
+    while the timing runs (a frequency ramp, the other core's load) tilted the curve in q, and
+    the cost model read the tilt as a cost per draft."""
     dev, g = model.device, torch.Generator().manual_seed(1000 * b + L)
     cache = model.new_cache(b, padded(L + max(qs) + 1), num_layers)
     cache.lengths = [L] * b
-    out = {}
+    calls = {}
     for q in qs:
         tokens = torch.randint(0, model.config.vocab_size, (b, q), generator=g).to(dev)     # (b, q)
         positions = (L + torch.arange(q))[None].expand(b, q).contiguous().to(dev)            # (b, q)
-        times = []
-        while len(times) <= max_reps and not (len(times) > min_reps and sum(times[1:]) >= min_time):
+        calls[q] = (tokens, positions)
+    times: dict[int, list[float]] = {q: [] for q in qs}
+
+    def one_pass(order):
+        for q in order:
             t0 = time.perf_counter()
-            model(tokens, positions, cache, num_layers=num_layers)
+            model(*calls[q], cache, num_layers=num_layers)
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
-            times.append(time.perf_counter() - t0)
-        out[q] = statistics.median(times[1:])
-    return out
+            times[q].append(time.perf_counter() - t0)
+
+    one_pass(qs)                                                    # the warm-up
+    while len(times[qs[0]]) <= max_reps and not (len(times[qs[0]]) > min_reps
+                                                 and sum(sum(t[1:]) for t in times.values()) >= min_time * len(qs)):
+        one_pass(qs[::-1])                                          # passes in pairs: each q as often
+        one_pass(qs)                                                # early in a pass as late
+    first = times[qs[0]][1:]                                        # the warm-up pass left out
+    base = statistics.median(first)
+    return {q: base if q == qs[0] else base * statistics.median(t / f for t, f in zip(times[q][1:], first))
+            for q in qs}
 
 
 @dataclass
