@@ -11,7 +11,9 @@ rows' order rotated per prompt; greedy and T = 1; the target's weights as float3
 dequantized) and int8 (rounded at load), the draft's the same as the target's. The head is found by the file's hash (no --head),
 its linears int8 as the proposer runs them by default. Every greedy output must equal plain's
 at the same weights (asserted). Figures: medians over prompts of tokens/s, of the per-prompt
-ratio to plain, of acceptance, and of each output's repetition (specdec/repetition.py).
+ratio to plain, of acceptance (accepted / drafted tokens; a tree's drafted tokens are its nodes),
+of the mean acceptance length (1 + accepted / drafting rounds) and of each output's repetition
+(specdec/repetition.py).
 """
 from __future__ import annotations
 
@@ -36,11 +38,20 @@ def gguf_path() -> Path:
     return next(Path(str(dist.locate_file(f))) for f in dist.files if f.name == SMOLLM2[1])
 
 
-def row_specs(k: int, ks_auto: bool, draft_ks: list[int] = ()) -> list[tuple[str, str, object]]:
-    rows = [("plain", "none", 0), (f"ngram k={k}", "ngram", k), (f"suffix k={k}", "suffix", k),
-            (f"eagle k={k}", "eagle", k)]
-    rows += [(f"draft k={dk}", "draft", dk) for dk in draft_ks]
-    return rows + ([("eagle k=auto", "eagle", "auto")] if ks_auto else [])
+def row_specs(k: int, ks_auto: bool, draft_ks: list[int] = (), eagle_ks: list[int] = (),
+              trees: list[int] = ()) -> list[tuple[str, str, object, int]]:
+    """(row name, method, k, tree node budget) of every row: plain, n-gram, suffix and the head
+    at k; the head at each of `eagle_ks` too, and as a tree of each budget in `trees` at depth k;
+    the draft at each of `draft_ks`; the head at k = auto."""
+    rows = [("plain", "none", 0, 0), (f"ngram k={k}", "ngram", k, 0), (f"suffix k={k}", "suffix", k, 0)]
+    rows += [(f"eagle k={ek}", "eagle", ek, 0) for ek in sorted({k, *eagle_ks})]
+    rows += [(f"eagle tree={n} depth={k}", "eagle", k, n) for n in trees]
+    rows += [(f"draft k={dk}", "draft", dk, 0) for dk in draft_ks]
+    return rows + ([("eagle k=auto", "eagle", "auto", 0)] if ks_auto else [])
+
+
+def ints(csv: str | None) -> list[int]:
+    return [int(x) for x in csv.split(",")] if csv else []
 
 
 def measure(args, log) -> dict:
@@ -57,9 +68,10 @@ def measure(args, log) -> dict:
             out["head"] = str(args.head or find_head(gguf))  # the folder method="eagle" found
             out["draft"] = str(args.draft) if args.draft else None
         runners = []
-        for name, method, k in row_specs(args.k, not args.no_auto,
-                                         [int(x) for x in args.draft_ks.split(",")] if args.draft else []):
-            spec = spec_config(method, k, 8, args.draft is not None, {})
+        for name, method, k, tree in row_specs(args.k, not args.no_auto,
+                                               ints(args.draft_ks) if args.draft else [], ints(args.eagle_ks),
+                                               ints(args.trees)):
+            spec = spec_config(method, k, 8, args.draft is not None, {}, tree=tree)
             runners.append(SpecdecRunner(name, models, spec, f"{weights}, k={k}", args.threads,
                                          max(out["prompts"]) + args.new_tokens + 16))
         for mode in ("greedy", "T=1"):
@@ -88,6 +100,7 @@ def measure(args, log) -> dict:
                                       max((x["n_new"] / x["seconds"]) / (y["n_new"] / y["seconds"])
                                           for x, y in zip(rs, plain))],
                     "acceptance": statistics.median(acc) if acc else None,
+                    "accept_len": statistics.median(a for x in rs if (a := x["accept_len"]) is not None) if acc else None,
                     "repetition": statistics.median(repetition_fraction(x["tokens"]) for x in rs),
                     "identical_to_plain": all(same)})
         del models, runners
@@ -103,12 +116,13 @@ def markdown(out: dict, command: str, machine: dict, new_tokens: int) -> str:
              + (f"; the draft `{out['draft']}` at the target's weight type" if out.get("draft") else "") + ".\n",
              "```bash", command, "```\n",
              "| weights | sampling | row | tokens/s | speed-up over plain (median, range) | acceptance | "
-             "repetition | output identical to plain |", "|---|---|---|---:|---|---:|---:|---|"]
+             "mean acceptance length | repetition | output identical to plain |", "|---|---|---|---:|---|---:|---:|---:|---|"]
     for r in out["rows"]:
         acc = f"{r['acceptance']:.2f}" if r["acceptance"] is not None else "-"
+        alen = f"{r['accept_len']:.2f}" if r.get("accept_len") is not None else "-"
         lo, hi = r["speedup_range"]
         lines.append(f"| {r['weights']} | {r['mode']} | {r['row']} | {r['tok_s']:.1f} | "
-                     f"**{r['speedup']:.2f}x** ({lo:.2f}-{hi:.2f}) | {acc} | {r['repetition']:.2f} | "
+                     f"**{r['speedup']:.2f}x** ({lo:.2f}-{hi:.2f}) | {acc} | {alen} | {r['repetition']:.2f} | "
                      f"{'yes' if r['identical_to_plain'] else 'no (sampled)' if r['mode'] != 'greedy' else 'NO'} |")
     return "\n".join(lines) + "\n"
 
@@ -126,6 +140,8 @@ def main() -> int:
     ap.add_argument("--draft", type=Path, help="a draft with the target's tokenizer: its rows beside the others")
     ap.add_argument("--draft-ks", default="3,5",
                     help="the draft rows' fixed k, comma-separated (default 3,5)")
+    ap.add_argument("--eagle-ks", help="more fixed k for the head's chain rows, comma-separated")
+    ap.add_argument("--trees", help="node budgets of the head's tree rows (depth --k), comma-separated")
     ap.add_argument("--head", type=Path, help="a head folder to try (default: the shipped one, by the file's hash)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()

@@ -39,13 +39,14 @@ class SpecdecRunner:
         params = SamplingParams(temperature=0.0 if greedy else 1.0, seed=seed, max_new_tokens=n,
                                 ignore_eos=True)
         m = self.engine.metrics
-        d0, a0 = m.num_draft_tokens, m.num_accepted_tokens
+        d0, a0, r0 = m.num_draft_tokens, m.num_accepted_tokens, m.num_drafts
         t0 = time.perf_counter()
         seq = self.engine.generate([list(prompt_ids)], params)[0]
         dt = time.perf_counter() - t0
         drafted = m.num_draft_tokens - d0
         return {"n_new": seq.num_output, "seconds": dt, "tokens": seq.output_ids,
-                "acceptance": (m.num_accepted_tokens - a0) / drafted if drafted else None}
+                "acceptance": (m.num_accepted_tokens - a0) / drafted if drafted else None,
+                "accept_len": 1 + (m.num_accepted_tokens - a0) / (m.num_drafts - r0) if m.num_drafts > r0 else None}
 
 
 def load_hf(path):

@@ -1,132 +1,24 @@
-"""GGUF files load as checkpoints (models/gguf_file.py, gguf_vocab.py): small files written here
-with gguf's own writer for the layouts, the types and every way a file can be broken; the real
-SmolLM2-135M-Instruct Q4_1 file (tests/real_models.py; skipped where absent) against
-transformers' own GGUF loader: state dict bitwise, tokenizer ids, greedy output."""
+"""GGUF files load as checkpoints (models/gguf_file.py): small files (gguf_writer.py) for the
+layouts, the quantization types and every way a file can be broken. Vocabularies and the real
+file: test_gguf_vocab.py."""
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 
 import gguf
 import numpy as np
 import pytest
 import torch
-import transformers
 from gguf import GGMLQuantizationType as Q
-from tokenizers import Tokenizer
 
-from specdec.config import EngineConfig, SamplingParams, SpecConfig
-from specdec.engine import Engine
 from specdec.errors import CheckpointError, ResourceError
 from specdec.models import gguf_file, loader, memory
 from specdec.models.gguf_file import SUPPORTED_TYPES, read_gguf
 from specdec.models.head_loader import weights_sha256
 from specdec.models.loader import load_model
 from specdec.models.quantize import dequantize, int4_groupwise, quantized_linears, quantized_names, quantized_weight
-from tests.models.test_hf_parity import COMMON
-from tests.real_models import smollm2_gguf
-
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-BASE_MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ s", "r e", "a t", "1 2", "Ġ w", "o r"]
-
-
-def gpt2_vocab(size: int) -> dict:
-    """A byte-level vocabulary of `size` tokens: control tokens, the byte alphabet, `<think>`
-    (user-defined), then merged pieces."""
-    from tokenizers.pre_tokenizers import ByteLevel
-    tokens, types = SPECIALS + sorted(ByteLevel.alphabet()) + ["<think>"], [3] * 3 + [1] * 256 + [4]
-    merges, letters = list(BASE_MERGES), "abcdefghijklmnopqrstuvwxyz"
-    pairs = iter(f"{a} {b}" for a in letters for b in letters)
-    while len(tokens) + len(merges) < size:
-        m = next(pairs)
-        if m not in merges:
-            merges.append(m)
-    tokens += [m.replace(" ", "") for m in merges]
-    return {"model": "gpt2", "pre": "smollm", "tokens": tokens, "types": types + [1] * len(merges),
-            "merges": merges, "bos": 1, "eos": 2, "unk": 0}
-
-
-def spm_vocab() -> dict:
-    """A sentencepiece vocabulary without merges (they come from the scores)."""
-    pieces = ["▁", "t", "h", "e", "a", "n", "d", "o", "w", "r", "l", "▁t", "he", "▁th", "▁the", "▁a", "▁an",
-              "▁and", "▁w", "or", "ld", "▁wor", "▁world", "in", "▁in", "er", "▁o", "on"]
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
-    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))]
-    return {"model": "llama", "tokens": tokens, "types": [2, 3, 3] + [6] * 256 + [1] * len(pieces),
-            "scores": scores, "bos": 1, "eos": 2, "unk": 0}
-
-
-def tiny_hf(arch: str, vocab: int, tied: bool = False):
-    torch.manual_seed(0)
-    kw = {**COMMON, "vocab_size": vocab, "tie_word_embeddings": tied}
-    if arch == "qwen2":
-        hf = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kw))
-    else:
-        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw))
-    with torch.no_grad():
-        for n, p in hf.named_parameters():
-            if n.endswith("bias"):
-                p.normal_(0, 0.5)                   # Qwen2's q/k/v biases, non-zero
-    return hf.eval()
-
-
-def to_ggml_rows(w: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's converter's reordering of q/k rows (what the loader must undo)."""
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def write_gguf(path, hf, arch: str, vocab: dict, linear: Q = Q.F32, skip=(), meta=None, extra=None, edit=None):
-    """`hf`'s weights as a GGUF file of architecture `arch`, its 2-D weights stored as `linear`
-    (their quantized bytes passed through `edit`, where given)."""
-    c, w = hf.config, gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_rope_freq_base(COMMON["rope_theta"])
-    if arch != "qwen2":
-        w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
-    w.add_tokenizer_model(vocab["model"])
-    if "pre" in vocab:
-        w.add_tokenizer_pre(vocab["pre"])
-    w.add_token_list(vocab["tokens"])
-    w.add_token_types(vocab["types"])
-    if "merges" in vocab:
-        w.add_token_merges(vocab["merges"])
-    if "scores" in vocab:
-        w.add_token_scores(vocab["scores"])
-    w.add_bos_token_id(vocab["bos"])
-    w.add_eos_token_id(vocab["eos"])
-    w.add_unk_token_id(vocab["unk"])
-    for key, value in (meta or {}).items():
-        getattr(w, key)(value)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2 if arch == "qwen2" else gguf.MODEL_ARCH.LLAMA,
-                                     c.num_hidden_layers)
-    for name, t in hf.state_dict().items():
-        base, suffix = name.rsplit(".", 1)
-        g = f"{names.get_name(base)}.{suffix}"
-        if (c.tie_word_embeddings and name == "lm_head.weight") or g in skip:
-            continue
-        a = t.numpy().astype(np.float32)
-        heads = c.num_attention_heads if "q_proj" in name else c.num_key_value_heads
-        if arch != "qwen2" and ("q_proj" in name or "k_proj" in name):
-            a = to_ggml_rows(a, heads)
-        if a.ndim == 2 and linear != Q.F32:
-            stored = gguf.quants.quantize(a, linear)
-            w.add_tensor(g, edit(stored) if edit else stored, raw_dtype=None if linear == Q.F16 else linear)
-        else:
-            w.add_tensor(g, a)
-    for g, a in (extra or {}).items():
-        w.add_tensor(g, a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+from tests.models.gguf_writer import gpt2_vocab, tiny_hf, write_gguf
 
 
 @pytest.mark.parametrize("arch,tied", [("llama", False), ("llama", True), ("qwen2", False), ("mistral", False)])
@@ -302,108 +194,3 @@ def test_an_over_size_gguf_is_refused_before_a_weight_is_read(small, monkeypatch
 
 def test_a_gguf_is_hashed_whole(small):
     assert weights_sha256(small) == hashlib.sha256(small.read_bytes()).hexdigest()
-
-
-def _tokenizers(path):
-    ck = read_gguf(path)
-    ref = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    return ck, Tokenizer.from_str(ck.tokenizer_json), ref
-
-
-@pytest.mark.parametrize("pre", ["gpt-2", "qwen2", "llama-bpe", "smollm"])
-def test_a_byte_level_vocabulary_encodes_as_transformers_does(tmp_path, small, pre):
-    vocab = {**gpt2_vocab(300), "pre": pre}
-    path = write_gguf(tmp_path / "v.gguf", tiny_hf("llama", 300), "llama", vocab, meta={"add_add_bos_token": True})
-    ck, ours, ref = _tokenizers(path)
-    for text in ["the wet sea at 12 o'clock\n\n  on <|im_start|>in<|im_end|>", "Üñí 😀 <think>x</think>", "a 12 1234 112"]:
-        ids = ours.encode(text, add_special_tokens=False).ids
-        if pre != "smollm":
-            assert ids == ref(text, add_special_tokens=False).input_ids, text
-        assert ours.decode(ids, skip_special_tokens=False) == text
-    assert ours.encode("<|im_start|>").ids == [1, 1]                        # add_bos_token: BOS, then the token
-    assert ours.encode(" 12", add_special_tokens=False).ids == ([
-        ours.token_to_id("Ġ"), ours.token_to_id("1"), ours.token_to_id("2")] if pre in ("smollm", "qwen2")
-        else [ours.token_to_id("Ġ"), ours.token_to_id("12")])              # digits apart, as llama.cpp splits
-    assert ck.tokenizer_config == {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "unk_token": "<|endoftext|>",
-                                   "pad_token": None, "add_bos_token": True}
-    added = {t["content"]: t["special"] for t in json.loads(ck.tokenizer_json)["added_tokens"]}
-    assert added == {**dict.fromkeys(SPECIALS, True), "<think>": False}
-
-
-def test_a_sentencepiece_vocabulary_encodes_as_transformers_does(tmp_path):
-    vocab = spm_vocab()
-    path = write_gguf(tmp_path / "s.gguf", tiny_hf("llama", len(vocab["tokens"])), "llama", vocab)
-    ck, ours, ref = _tokenizers(path)
-    for text in ["the world and the", "and\nthe  world", "ünknown ☃ bytes", " leading", "</s>the<s>"]:
-        ids = ours.encode(text).ids
-        assert ids == ref(text).input_ids, text                               # BOS by default, as llama.cpp
-        assert ours.decode(ids) == ref.decode(ids, skip_special_tokens=True)  # the first "▁" is no space
-    assert "add_bos_token" not in ck.tokenizer_config and "chat_template" not in ck.tokenizer_config
-
-
-# ---- the real file ----------------------------------------------------------------------------
-
-TEXTS = [
-    "Hello, world!", "The quick brown fox jumps over the lazy dog.", "  leading spaces", "trailing spaces   ",
-    "tabs\tand\ttabs", "new\nlines\n\n\nmany", "\r\nwindows\r\nlines", "multiple     spaces    between",
-    "1234567890", "3.14159265", "year 2024, 12:30pm", "x = 10_000_000", "0x1F 0b1010 1e-9", "123 456 7890 12.5%",
-    "$100.00 €50 £20 ¥1000", "def f(x):\n    return x * 2\n", "for (int i = 0; i < n; ++i) { sum += a[i]; }",
-    "import numpy as np\nnp.zeros((3, 4))", "<div class=\"a\">text</div>", "SELECT * FROM users WHERE id = 42;",
-    'fn main() { println!("hi"); }', '{"key": [1, 2, {"a": null}]}', "Ünïcödé", "日本語のテキスト", "中文文本测试",
-    "한국어 텍스트", "Ελληνικά", "Русский текст", "العربية", "emoji 🤖🚀👍🏽", "math ∑ ∫ √ ≈ ≠ ∞", "café naïve résumé",
-    "ﬁ ligature", "zero\u200bwidth", "combining e\u0301", "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
-    "<|im_start|>system\nYou are helpful.<|im_end|>", "<|endoftext|>", "text<|im_end|>text",
-    "<repo_name>owner/repo<file_sep>main.py", "<|im_start|> spaced <|im_end|>", "don't can't I'm you're we've they'll",
-    "DON'T SHOUT", "MixedCase camelCase snake_case kebab-case", "a", " ", "\n", "  \n  \n", "!!!???...", "--- *** ###",
-    "http://example.com/path?q=1&b=2", "user@example.com", "C:\\Windows\\path", "The the THE tHe",
-    "Lorem ipsum dolor sit amet, consectetur adipiscing elit.", "a" * 40, "\t\t  \t mixed whitespace \u00a0nbsp",
-]
-PROMPTS = ["<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
-           "def fibonacci(n):", "The quick brown fox",
-           "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n"]
-
-
-@pytest.fixture(scope="module")
-def real():
-    """(path, our model, transformers' model) for the real file: each loaded once."""
-    path = smollm2_gguf()
-    ours = load_model(path)
-    ref = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                            dtype=torch.float32).eval()
-    return path, ours, ref
-
-
-def test_the_real_file_s_weights_are_transformers_bitwise(real):
-    path, ours, ref = real
-    ck = read_gguf(path)
-    assert ck.type_counts() == {"Q8_0": 1, "F32": 61, "Q4_1": 210}
-    assert ck.tensor_types["model.embed_tokens.weight"] == "Q8_0" and ck.config["tie_word_embeddings"]
-    sd, hf = ours.state_dict(), ref.state_dict()
-    assert set(sd) == set(hf)
-    assert max((sd[k] - hf[k]).abs().max().item() for k in hf) == 0.0
-
-
-def test_the_real_file_s_greedy_output_is_transformers(real):
-    path, ours, ref = real
-    tok = Tokenizer.from_str(read_gguf(path).tokenizer_json)
-    prompts = [tok.encode(p, add_special_tokens=False).ids for p in PROMPTS]
-    eng = Engine(ours, SpecConfig(method="none", k=0), EngineConfig(max_batch=4, max_model_len=128))
-    outs = [s.output_ids for s in eng.generate(prompts, SamplingParams(max_new_tokens=32, ignore_eos=True))]
-    for p, out in zip(prompts, outs):
-        with torch.no_grad():                  # greedy = each output token is transformers' argmax after the ones before
-            logits = ref(torch.tensor([p + out])).logits[0, len(p) - 1:-1]
-        assert logits.argmax(-1).tolist() == out
-    assert tok.decode(outs[0]).startswith("The capital of France is Paris.")
-
-
-def test_the_real_file_s_tokenizer_is_transformers(real):
-    path = real[0]
-    ck, ours, ref = _tokenizers(path)
-    assert len(TEXTS) >= 50
-    for text in TEXTS:
-        ids = ours.encode(text, add_special_tokens=False).ids
-        assert ids == ref(text, add_special_tokens=False).input_ids, text
-        assert ours.decode(ids, skip_special_tokens=False) == text
-    assert ours.encode("<|im_start|>user").ids == [1, 4093]                    # one id; no BOS (add_bos_token false)
-    assert ck.tokenizer_config["add_bos_token"] is False and "add_eos_token" not in ck.tokenizer_config
-    assert ck.tokenizer_config["chat_template"].startswith("{% for message in messages %}")
