@@ -153,9 +153,11 @@ def main() -> int:
     flags = open("/proc/cpuinfo").read()
     machine = {"cpu": cpu + (" (AVX-512 bf16)" if "avx512_bf16" in flags else ""), "threads": args.threads,
                "torch": torch.__version__}
+    shown = {k: v for k, v in vars(args).items()
+             if v not in (None, False) and not (k == "draft_ks" and not args.draft)}   # only what the run used
     command = "python benchmarks/eagle_smollm2.py " + " ".join(
-        f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}" for k, v in vars(args).items()
-        if v not in (None, False))
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {' '.join(map(str, v)) if isinstance(v, list) else v}")
+        for k, v in shown.items())
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"machine": machine, "command": command, **out,
                                                        "wall_s": time.time() - t0}, indent=1))
