@@ -29,7 +29,8 @@ def interp(xs: list[float], ys: list[float], x: float) -> float:
     if len(xs) == 1:
         return ys[0]
     i = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)
-    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+    w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+    return ys[i - 1] * (1 - w) + ys[i] * w                  # exactly ys at the xs
 
 
 @torch.inference_mode()
