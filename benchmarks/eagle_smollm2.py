@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -108,7 +110,7 @@ def measure(args, log) -> dict:
 
 
 def markdown(out: dict, command: str, machine: dict, new_tokens: int) -> str:
-    lines = [f"# Proposers for SmolLM2-135M-Instruct: held-out ShareGPT first turns\n",
+    lines = ["# Proposers for SmolLM2-135M-Instruct: held-out ShareGPT first turns\n",
              f"{machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}. "
              f"{len(out['prompts'])} prompts (rendered lengths {min(out['prompts'])}-{max(out['prompts'])} "
              f"tokens), batch 1, {new_tokens} new tokens, fresh engine per prompt, medians over prompts; "
@@ -153,11 +155,7 @@ def main() -> int:
     flags = open("/proc/cpuinfo").read()
     machine = {"cpu": cpu + (" (AVX-512 bf16)" if "avx512_bf16" in flags else ""), "threads": args.threads,
                "torch": torch.__version__}
-    shown = {k: v for k, v in vars(args).items()
-             if v not in (None, False) and not (k == "draft_ks" and not args.draft)}   # only what the run used
-    command = "python benchmarks/eagle_smollm2.py " + " ".join(
-        f"--{k.replace('_', '-')}" + ("" if v is True else f" {' '.join(map(str, v)) if isinstance(v, list) else v}")
-        for k, v in shown.items())
+    command = "python benchmarks/eagle_smollm2.py " + shlex.join(sys.argv[1:])      # as run
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"machine": machine, "command": command, **out,
                                                        "wall_s": time.time() - t0}, indent=1))
