@@ -4,12 +4,13 @@ Throughput: one process, the bundled pair loaded once, torch threads set (--thre
 calibrated path runs `build.calibrate_costs` once into its own cache folder (for every method,
 at max_batch 1, `specdec generate`'s for one prompt); each cold run gets a new empty cache
 folder, so its engine starts from the prior and learns online. Per method, prompts (code and
-prose, 64 tokens) x repeats, cold and calibrated side by side in alternating order; tok/s is
+prose, 64 tokens) x repeats, cold and calibrated side by side, their order cycled; tok/s is
 the new tokens over `Engine.generate`'s wall time (prefill included), greedy. Reported: the ratio
 of the medians and the median of the per-pair ratios.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import statistics
@@ -67,10 +68,12 @@ def throughput(methods: list[str], n_prompts: int, repeats: int, new_tokens: int
         return rate
 
     def pair(spec, order, prompt) -> dict:
-        out = {path: one(spec, path, prompt) for path in order}
-        if control:                          # the noise floor: the calibrated path against itself
-            out["calibrated_again"] = one(spec, "calibrated", prompt)
-        return out
+        return {path: one(spec, path.removesuffix("_again"), prompt) for path in order}
+
+    # The runs' order within a pair, cycled over the pairs: cold first as often as calibrated, and
+    # with `control` every run in every place (a run's place in its pair may bias it by itself).
+    orders = ([list(o) for o in itertools.permutations(["cold", "calibrated", "calibrated_again"])]
+              if control else [["cold", "calibrated"], ["calibrated", "cold"]])
 
     def calibrate(spec) -> dict:
         os.environ["SPECDEC_CACHE"] = str(calibrated)
@@ -82,7 +85,7 @@ def throughput(methods: list[str], n_prompts: int, repeats: int, new_tokens: int
         for method in methods:
             spec = spec_config(method, "auto", DEFAULT_K_MAX, True, {})
             calib = quietly(calibrate, spec)
-            pairs = [quietly(pair, spec, ["cold", "calibrated"] if (r + i) % 2 == 0 else ["calibrated", "cold"], prompt)
+            pairs = [quietly(pair, spec, orders[(r + i) % len(orders)], prompt)
                      for r in range(repeats) for i, prompt in enumerate(prompts)]
             cold, cal = [p["cold"] for p in pairs], [p["calibrated"] for p in pairs]
             again = [p["calibrated_again"] / p["calibrated"] for p in pairs if "calibrated_again" in p]

@@ -28,6 +28,7 @@ from .adaptive.online import OnlineRounds
 from .adaptive.policy import AdaptiveK
 from .config import AUTO_TREE_METHODS, EngineConfig, SpecConfig
 from .costs.cost_model import CostModel
+from .costs.key import CostKey
 from .costs.prior import prior_costs
 from .costs.profiling import grid_rows
 from .proposers.tree_size import tree_profile
@@ -184,7 +185,8 @@ def make_policy(spec: SpecConfig, proposer: Proposer, target: LlamaModel, cost_m
     for sub in getattr(proposer, "arms", None) or [proposer]:
         for sampled in ([False, True] if sub.name != "none" else []):
             cost_model.load_rounds(sub.cost_key(), sampled)
-    return AdaptiveK(k_max, proposer, cost_model, OnlineRounds(cost_model))
+    plain = CostKey("none", "features" if proposer.uses_features else "")   # what a plain round runs
+    return AdaptiveK(k_max, proposer, cost_model, OnlineRounds(cost_model, plain=plain))
 
 
 def calibrate_costs(models: Models, spec: SpecConfig, max_batch: int = 1, remeasure: bool = False) -> CostModel:

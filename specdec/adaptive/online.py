@@ -9,8 +9,12 @@ plus what they leave out: Python, sampling, verification, a proposer without a m
 offset is its time, moved to the reference cache length along the forwards' slope in L, less a
 baseline: plain decoding's forward, and for k >= 1 the Theil-Sen line through the drafting
 rounds' forwards (one noisy, briefly timed forward must not price its k out). Per proposer key,
-sampling mode and batch size b, each k keeps its last WINDOW offsets, read at their lower
-quartile (another process only ever adds time), and a row is priced:
+sampling mode and batch size b, each k >= 1 keeps its last WINDOW offsets, read at their lower
+quartile (another process only ever adds time). Plain rounds (k = 0) do the same work whichever
+proposer's policy chose them, so they are kept once for all keys, in the table of `plain` (the
+engine's plain round: with the target's features where its proposer takes them): `auto`, whose
+arms are keys of their own, learns its plain rounds' price once instead of once per arm. A
+row is priced:
 
 - k = 0 at its level, once CONFIRM_N of its rounds were recorded;
 - k >= 1, once CONFIRM_N drafting rounds were recorded, on one line: its level the lower
@@ -26,8 +30,9 @@ A k with fewer than CONFIRM_N rounds at b is capped at their own level: they may
 price, never raise it. Until a row has rounds, every k costs its baseline, which every round
 exceeds, and one level read as a fixed overhead prices the k above those played at the least
 the evidence allows: optimism where the policy has not looked, at a bounded cost (at most
-CONFIRM_N * (k_max + 1) recorded rounds at a k with fewer than CONFIRM_N, per key, mode and
-batch size; docs/cold-start.md has the reasons and the bound). What is learned
+CONFIRM_N * k_max recorded drafting rounds at a k with fewer than CONFIRM_N per key, mode and
+batch size, and CONFIRM_N plain ones per mode and batch size; docs/cold-start.md has the
+reasons and the bound). What is learned
 is saved (`online-<hash>.json` beside the measured tables, costs/cache.py, under the round
 tables' identity) after 16, 32, 64, ... observations of a key and mode and every SAVE_EVERY
 after 1024, and read back by the next run. A measured round table (`specdec profile`) takes
@@ -57,7 +62,8 @@ CONFIRM_N = 3     # rounds at a (b, k), or drafting rounds at b, before they pri
 PAIR_GAP = 2      # recorded rounds between the two of a pair, at most: the machine's speed and the
                   # cache length drift little over two rounds
 SAVE_EVERY = 1024  # observations of a key and mode between saves once past the doubling schedule
-ONLINE_VERSION = 2  # how online tables are stored; other versions are ignored
+ONLINE_VERSION = 3  # how online tables are stored; other versions are ignored (3: plain rounds in
+                    # the plain key's table)
 
 
 class _Table:
@@ -71,13 +77,15 @@ class _Table:
         self.priced: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # b -> (offsets or NaN, caps or inf)
         self.dirty: set[int] = set()
         self.version = 0                                       # bumped by every record
+        self.plain_seen = 0                                    # the plain table's version last priced
 
 
 class OnlineRounds:
-    """Round costs learned from observed rounds, on top of `cost`'s forwards."""
+    """Round costs learned from observed rounds, on top of `cost`'s forwards; plain rounds of
+    every key are kept under `plain` (see the module doc)."""
 
-    def __init__(self, cost: CostModel, persist: bool = True):
-        self.cost, self.persist = cost, persist
+    def __init__(self, cost: CostModel, persist: bool = True, plain: CostKey = CostKey("none")):
+        self.cost, self.persist, self.plain = cost, persist, plain
         self.tables: dict[tuple[CostKey, bool], _Table] = {}
         self._base: dict[tuple[CostKey, int], np.ndarray] = {}
 
@@ -94,8 +102,9 @@ class OnlineRounds:
         return self.tables[(key, sampled)]
 
     def version(self, key: CostKey, sampled: bool) -> int:
-        """A number that changes whenever the table of `key` and mode learns a round."""
-        return self.table(key, sampled).version
+        """A number that changes whenever the table of `key` and mode learns a round (its own
+        or a plain one)."""
+        return self.table(key, sampled).version + self.table(self.plain, sampled).version
 
     def base(self, key: CostKey, b: int) -> np.ndarray:
         """(cost.k_max + 1,) the baseline at l_ref: the forwards of a plain round, and for k >= 1
@@ -113,13 +122,16 @@ class OnlineRounds:
         return self.base(key, b)[:k_max + 1] + self.offsets(key, sampled, b, k_max)
 
     def record(self, key: CostKey, sampled: bool, b: int, k: int, L: float, dt: float) -> None:
-        """One real round of b rows drafting k (k = 0: plain) that took `dt` s at longest cache L."""
-        t = self.table(key, sampled)
+        """One real round of b rows drafting k (k = 0: plain, kept under `plain`) that took `dt`
+        s at longest cache L."""
         k_max = self.cost.k_max
         if not 0 <= k <= k_max or b < 1:
             return
         slope = self.cost.curve(key, b, k_max, None)[1][k]
         r = dt - slope * (L - self.cost.target.l_ref) - self.base(key, b)[k]
+        if k == 0:
+            key = self.plain
+        t = self.table(key, sampled)
         t.samples.setdefault((b, k), deque(maxlen=WINDOW)).append(r)
         t.n += 1
         if k >= 1:
@@ -139,14 +151,18 @@ class OnlineRounds:
                              "slopes": [[b, list(s)] for b, s in sorted(t.slopes.items())]}, False, "online-")
 
     def observed(self, key: CostKey, sampled: bool, b: int) -> list[int]:
-        """The k observed at batch size b."""
-        return sorted(k for bb, k in self.table(key, sampled).samples if bb == b)
+        """The k observed at batch size b (0: a plain round of any key)."""
+        plain = [0] if (b, 0) in self.table(self.plain, sampled).samples else []
+        return plain + sorted(k for bb, k in self.table(key, sampled).samples if bb == b and k)
 
     def offsets(self, key: CostKey, sampled: bool, b: int, k_max: int) -> np.ndarray:
         """(k_max + 1,) seconds a round drafting k = 0..k_max costs beyond the baseline at b."""
-        t = self.table(key, sampled)
+        t, plain = self.table(key, sampled), self.table(self.plain, sampled)
+        if t.plain_seen != plain.version:                 # a plain round learnt: every row's k = 0
+            t.dirty.update(bb for bb, _ in plain.samples)
+            t.plain_seen = plain.version
         for r in t.dirty:
-            t.priced[r] = self._row(t, key, r)
+            t.priced[r] = self._row(t, plain, r)
         t.dirty.clear()
         rows = sorted(t.priced)
         out = np.zeros(k_max + 1)
@@ -158,11 +174,14 @@ class OnlineRounds:
             out = np.minimum(out, t.priced[b][1][:k_max + 1])
         return out
 
-    def _row(self, t: _Table, key: CostKey, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """Row b's offsets at k = 0..k_max as its rounds price them (module doc; NaN where they
-        price nothing), and the caps its unconfirmed k put on their own (inf: none)."""
+    def _row(self, t: _Table, plain: _Table, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row b's offsets at k = 0..k_max as its rounds (its plain ones from `plain`) price them
+        (module doc; NaN where they price nothing), and the caps its unconfirmed k put on their
+        own (inf: none)."""
         k_max = self.cost.k_max
-        rounds = {k: list(s) for (bb, k), s in t.samples.items() if bb == b and s}
+        rounds = {k: list(s) for (bb, k), s in t.samples.items() if bb == b and s and k}
+        if plain.samples.get((b, 0)):
+            rounds[0] = list(plain.samples[(b, 0)])
         out, cap = np.full(k_max + 1, np.nan), np.full(k_max + 1, np.inf)
         for k, rs in rounds.items():
             if len(rs) < CONFIRM_N:

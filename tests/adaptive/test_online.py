@@ -15,6 +15,7 @@ from specdec.adaptive.policy import AdaptiveK
 from specdec.build import Models, make_engine
 from specdec.config import EngineConfig, SamplingParams, SpecConfig
 from specdec.costs.cost_model import DRAFT_KEY
+from specdec.costs.key import CostKey
 from specdec.costs.rounds import RoundTable
 from specdec.engine.engine import Engine
 from specdec.engine.sequence import Sequence
@@ -136,8 +137,8 @@ def test_what_is_learnt_is_saved_and_read_by_the_next_run(tmp_path, monkeypatch)
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     cm = synthetic_cost_model(TARGET, DRAFT, k_max=K_MAX)
     first = OnlineRounds(cm)
-    for i in range(16):                                  # the first save: after 16 observations
-        first.record(DRAFT_KEY, True, 2, i % 3, 128.0, true_round(2, i % 3))
+    for i in range(48):                # the first saves: after 16 observations of a table (the
+        first.record(DRAFT_KEY, True, 2, i % 3, 128.0, true_round(2, i % 3))   # plain one's: i = 45)
     assert list((tmp_path / "costs").glob("online-*.json"))
     second = OnlineRounds(cm)
     assert second.observed(DRAFT_KEY, True, 2) == [0, 1, 2] and second.observed(DRAFT_KEY, False, 2) == []
@@ -181,7 +182,8 @@ def test_which_rounds_are_learnt():
     """A round is learnt at the widest draft it verified; not a catch-up round (the first
     drafting round after plain ones), nor one asked to draft that drafted nothing."""
     pol, batch = cold_policy(n=2)
-    seen = lambda: {k: len(s) for (b, k), s in pol.online.table(DRAFT_KEY, False).samples.items()}  # noqa: E731
+    seen = lambda: {k: len(s) for key in (DRAFT_KEY, pol.online.plain)  # noqa: E731
+                    for (b, k), s in pol.online.table(key, False).samples.items()}
     observe(pol, batch, 4, [3, 2], [1, 0], 0.02)          # an n-gram-like short draft: verified width 3
     observe(pol, batch, 0, [0, 0], [0, 0], 0.01)
     observe(pol, batch, 4, [4, 4], [0, 0], 0.05)          # after a plain round: the draft's catch-up
@@ -230,3 +232,33 @@ def test_the_drafting_slope_comes_from_neighbouring_rounds_not_from_levels_apart
     truth = [true_round(1, k) for k in range(K_MAX + 1)]
     assert p[4] - p[1] == pytest.approx(truth[4] - truth[1], rel=1e-6)
     assert p[8] - p[4] == pytest.approx(truth[8] - truth[4], rel=1e-6)
+
+
+def test_plain_rounds_are_learnt_once_for_every_key():
+    """A plain round costs the same whichever proposer's policy chose it: plain rounds learnt
+    under one key price k = 0 for another (auto's arms), and only k = 0; an engine whose plain
+    rounds also carry the target's features keeps them under a key of their own."""
+    cm = synthetic_cost_model(TARGET, {**DRAFT, "ngram": lambda b, L: 0.0}, k_max=K_MAX)
+    ngram = CostKey("ngram")
+    online = OnlineRounds(cm, persist=False)
+    before = online.offsets(ngram, False, 1, K_MAX)
+    for i in range(CONFIRM_N):
+        online.record(DRAFT_KEY, False, 1, 0, 128.0, true_round(1, 0) + 0.002)
+    after = online.offsets(ngram, False, 1, K_MAX)
+    assert after[0] == pytest.approx(0.0024) and before[0] == 0.0
+    np.testing.assert_array_equal(after[1:], before[1:])
+    assert online.observed(ngram, False, 1) == [0]
+    featured = OnlineRounds(cm, persist=False, plain=CostKey("none", "features"))
+    assert featured.plain != online.plain
+    assert featured.offsets(ngram, False, 1, K_MAX)[0] == 0.0
+
+
+def test_auto_learns_its_plain_rounds_in_one_table(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """`auto` cold: its arms' plain rounds all land in the one plain table, none in an arm's."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    eng = make_engine(Models(tiny_target, None, tiny_draft), SpecConfig(method="auto", k="auto", k_max=4),
+                      EngineConfig(max_batch=1, max_model_len=256))
+    eng.generate(random_prompts(2, seed=5), SamplingParams(max_new_tokens=48, ignore_eos=True))
+    online = eng.policy.online
+    assert online.plain == CostKey("none")
+    assert all(k for (key, _), t in online.tables.items() if key != online.plain for (_b, k) in t.samples)
