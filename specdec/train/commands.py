@@ -72,6 +72,9 @@ def add_parser(sub) -> None:
                    help="sequences of 256 tokens per step (default 8; a GPU takes 64 or more)")
     p.add_argument("--ul-weight", type=float, default=UL_WEIGHT,
                    help=f"unlikelihood: the loop loss's weight beside the next-token loss (default {UL_WEIGHT})")
+    p.add_argument("--chat-prompts", type=int, metavar="N",
+                   help="chat data (eagle, draft --like): the training split's first turns the target "
+                        "answers, greedy and at T = 1 (default 320); more extends a cached run's replies")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, help="resumable state folder (default: cache dir)")
     p.set_defaults(func=run)

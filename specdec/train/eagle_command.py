@@ -93,20 +93,25 @@ def _corpus_data(tc, target, work: Path, tok, batches):
 def _chat_data(args, tc, target, work: Path):
     """ShareGPT's training split through the target's chat template: windows of the target's
     own replies and, every TEXT_EVERY-th step, of the conversations' replies."""
-    data, what = chat_streams(args.target, tc.seed, target, work)
+    data, what = chat_streams(args.target, tc.seed, target, work, args.chat_prompts)
     gen, text = data["gen"].numpy(), data["text"].numpy()
     batch_fn = chat_data.chat_batches(Batches(gen, tc.batch, tc.seq_len, tc.seed),
                                       Batches(text, tc.batch, tc.seq_len, tc.seed + 1), TEXT_EVERY)
     return batch_fn, np.concatenate([gen, gen, text]), CHAT_DRAFT_VOCAB, what   # the target's replies weigh double
 
 
-def chat_streams(target_path: Path, seed: int, target, work: Path,
+def chat_streams(target_path: Path, seed: int, target, work: Path, n_prompts: int | None = None,
                  refusal: str = "--corpus sharegpt renders chats with the target's chat template; {} has none "
                                 "(--corpus extended trains on code)") -> tuple[dict, str]:
     """({"gen": the target's prompts and replies, "text": the conversations' replies as text, both
     (tokens,) int64 tensors, "prompts", "new_tokens"}, a sentence saying what they are), built once
-    and cached in `work/chat-data.pt` (train/chat_data.py); `refusal`: the error for a target
-    without a chat template ({} is the target)."""
+    and cached in `work/chat-data.pt` (train/chat_data.py), the target answering `n_prompts`
+    (default N_CHAT_PROMPTS) first turns; a cache with fewer is extended by the target's replies to the next ones (the prompts'
+    order is seeded: the cached ones are the first of the longer list); `refusal`: the error for a
+    target without a chat template ({} is the target)."""
+    n_prompts = N_CHAT_PROMPTS if n_prompts is None else n_prompts
+    if n_prompts < 1:
+        raise ConfigError(f"--chat-prompts must be at least 1; got {n_prompts}")
     from ..models.chat_template import ChatTemplate
     from ..models.loader import load_tokenizer
     tok = load_tokenizer(target_path)
@@ -114,20 +119,26 @@ def chat_streams(target_path: Path, seed: int, target, work: Path,
         raise ConfigError(refusal.format(target_path))
     template = ChatTemplate(tok)
     cached = work / "chat-data.pt"
-    if cached.exists():
-        data = torch.load(cached)
-    else:
+    data = torch.load(cached) if cached.exists() else None
+    if data is None or data.get("asked", data["prompts"]) < n_prompts:   # "asked": the split may hold fewer
         t0 = time.time()
         exchanges = chat_data.training_exchanges()
-        prompts = chat_data.chat_prompts(template, exchanges, N_CHAT_PROMPTS, seed)
-        text = chat_data.reply_stream(template, exchanges, seed=seed)
-        print(f"{len(exchanges)} training conversations; {len(prompts)} prompts, {len(text):,} tokens of "
-              f"replies as text ({time.time() - t0:.0f} s); the target answers each greedy and at T = 1", flush=True)
-        seqs = chat_data.chat_generations(
-            target, prompts, seed,
+        done = 0 if data is None else data["prompts"]
+        prompts = chat_data.chat_prompts(template, exchanges, n_prompts, seed)[done:]
+        text = chat_data.reply_stream(template, exchanges, seed=seed) if data is None else data["text"].numpy()
+        print(f"{len(exchanges)} training conversations; {len(prompts)} prompts" + (
+              f" beyond the {done} cached" if done else "") + f", {len(text):,} tokens of replies as text "
+              f"({time.time() - t0:.0f} s); the target answers each greedy and at T = 1", flush=True)
+        seqs = [] if not prompts else chat_data.chat_generations(
+            target, prompts, seed + done,
             on_done=lambda i, n: print(f"  {i}/{n} replies, {time.time() - t0:.0f} s", flush=True))
-        data = {"gen": torch.from_numpy(chat_data.sequence_stream(seqs)), "text": torch.from_numpy(text),
-                "prompts": len(prompts), "new_tokens": sum(len(s) for s in seqs) - 2 * sum(map(len, prompts))}
+        new = {"gen": torch.from_numpy(chat_data.sequence_stream(seqs)), "text": torch.from_numpy(text),
+               "prompts": len(prompts), "asked": n_prompts,
+               "new_tokens": sum(len(s) for s in seqs) - 2 * sum(map(len, prompts))}
+        if data is not None:
+            new.update(gen=torch.cat([data["gen"], new["gen"]]), prompts=done + new["prompts"],
+                       new_tokens=data["new_tokens"] + new["new_tokens"])
+        data = new
         torch.save(data, cached)
         print(f"target replies: {data['new_tokens']:,} new tokens; stream {len(data['gen']):,} tokens, "
               f"{time.time() - t0:.0f} s", flush=True)

@@ -46,7 +46,7 @@ def train_like(args, tc, work: Path, out: Path) -> dict:
         p.requires_grad_(False)
     torch.set_num_threads(tc.threads)
     work.mkdir(parents=True, exist_ok=True)
-    data, what = chat_streams(target_path, tc.seed, target, work)
+    data, what = chat_streams(target_path, tc.seed, target, work, args.chat_prompts)
     cfg = like_config(target.config, args.hidden, args.layers)
     torch.manual_seed(tc.seed)
     draft = LlamaModel(cfg)

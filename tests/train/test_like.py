@@ -105,3 +105,27 @@ def test_bad_targets_are_refused_with_one_line(chat_target, tmp_path, capsys):
     assert "--like goes with `specdec train draft`" in capsys.readouterr().err
     assert main(["train", "draft", "--like", str(chat_target)]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_more_chat_prompts_extend_the_cached_replies(chat_target, sharegpt, tmp_path, monkeypatch):
+    """`--chat-prompts` above a cached run's: only the next prompts are answered, appended; the
+    same or fewer: the cache as it is; fewer than one: refused."""
+    from specdec.models.loader import load_model
+    from specdec.train.eagle_command import chat_streams
+    target, work, calls = load_model(chat_target), tmp_path / "work", []
+    work.mkdir()
+    real = chat_data.chat_generations
+
+    def counted(target, prompts, seed, **kw):
+        calls.append((len(prompts), seed))
+        return real(target, prompts, seed, new_tokens=8)
+    monkeypatch.setattr(chat_data, "chat_generations", counted)
+    first, _ = chat_streams(chat_target, 0, target, work, 3)
+    more, what = chat_streams(chat_target, 0, target, work, 5)
+    assert calls == [(3, 0), (2, 3)] and more["prompts"] == 5 and "to 5 of them" in what
+    assert torch.equal(more["gen"][:len(first["gen"])], first["gen"]) and len(more["gen"]) > len(first["gen"])
+    assert torch.equal(more["text"], first["text"]) and more["new_tokens"] > first["new_tokens"]
+    again, _ = chat_streams(chat_target, 0, target, work, 4)
+    assert len(calls) == 2 and torch.equal(again["gen"], more["gen"])
+    with pytest.raises(ConfigError, match="--chat-prompts"):
+        chat_streams(chat_target, 0, target, tmp_path / "other", 0)
