@@ -6,7 +6,8 @@
 
 t is the cost model's real round (costs/) for the batch's sampling mode at its longest cache
 length L: its measured round table where it has one (`specdec profile`), else, with `online`,
-the forwards plus what the observed rounds add (online.py: learned while decoding); E[tokens]
+the forwards plus what the observed rounds add (online.py: learned while decoding), at the
+width a round asked for k is expected to verify (width.py); E[tokens]
 comes from acceptance.py, capped by each row's remaining tokens. A draining batch (nobody waits for a row) minimises its expected
 finish time instead (drain.py). From k = 0, every k > 0 carries the draft model's catch-up,
 min(n, RECHECK) * t_draft(b) / RECHECK seconds after n plain rounds (a draining batch: all of
@@ -27,6 +28,7 @@ from ..proposers.base import Proposer
 from .acceptance import AcceptanceTracker
 from .drain import drain_seconds
 from .online import OnlineRounds
+from .width import DraftWidths
 
 RECHECK = 4     # rounds between evaluations at an unchanged batch size: the estimates move over
                 # ~20 rounds, and evaluating every round costs more than its choice gains
@@ -59,6 +61,7 @@ class AdaptiveK(KPolicy):
         self.k_max = 0 if none else min(k_max, proposer.max_k or k_max)
         self.proposer, self.cost, self.online = proposer, cost_model, None if none else online
         self.acc = AcceptanceTracker(max(self.k_max, 1))
+        self.widths = DraftWidths(self.k_max)       # what a round asked for k drafts (online prices)
         self._k = self._idle = 0                  # the last round's k; plain rounds since drafting
         self._since, self._eval_b = RECHECK, 0    # rounds since the last evaluation, and its batch size
         self._eval_key = None                     # and the proposer's cost key then
@@ -70,10 +73,14 @@ class AdaptiveK(KPolicy):
         return self.online is not None and (key, sampled) not in self.cost.rounds
 
     def curve(self, key, b: int, sampled: bool) -> tuple[np.ndarray, np.ndarray]:
-        """(base, slope): a round drafting k = 0..k_max costs base[k] + slope[k] * (L - l_ref)."""
+        """(base, slope): a round asked for k = 0..k_max drafts costs base[k] + slope[k] * (L - l_ref).
+        The online table prices the width a round verified: asked for k, it costs its expected
+        width's price (a measured table times rounds as asked)."""
         base, slope = self.cost.curve(key, b, self.k_max, sampled)
         if self._learns(key, sampled):
             base = self.online.prices(key, sampled, b, self.k_max)
+            width, ks = self.widths.expected(key), np.arange(self.k_max + 1)
+            base, slope = np.interp(width, ks, base), np.interp(width, ks, slope)
         return base, slope
 
     def step_times(self, b: int, L: int, key, sampled: bool = False) -> np.ndarray:
@@ -115,7 +122,8 @@ class AdaptiveK(KPolicy):
         """(k_max + 1,) expected seconds until the last row finishes (drain.py). A round at sizes
         1..b costs base + slope * (L - l_ref), interpolated between the sizes 1, 2, 4, .., b: a
         table memoized per (b, key, sampled) until the online table learns something new."""
-        version = self.online.version(key, sampled) if self._learns(key, sampled) else None
+        version = ((self.online.version(key, sampled), self.widths.version) if self._learns(key, sampled)
+                   else None)
         memo = self._tables.get((b, key, sampled))
         if memo is None or memo[0] != version:
             sizes = grid_rows(b)
@@ -137,6 +145,7 @@ class AdaptiveK(KPolicy):
             self.acc.record(result.cost_key, result.num_draft, result.accepted, result.k, result.accept_prob)
             if self.online is not None:
                 self._learn(result)
+                self.widths.record(result.cost_key, result.k, result.num_draft)
             self._idle = self._idle + 1 if result.k == 0 else 0
             self._since, self._k = self._since + 1, result.k
 
