@@ -22,7 +22,7 @@ import weakref
 import torch
 
 from .adaptive.calibrate import round_timer
-from .adaptive.layer_probe import probed_layers
+from .adaptive.layer_probe import depth_agreement, probed_layers
 from .adaptive.layers import calibrated_layers
 from .adaptive.online import OnlineRounds
 from .adaptive.policy import AdaptiveK
@@ -179,14 +179,28 @@ def make_policy(spec: SpecConfig, proposer: Proposer, target: LlamaModel, cost_m
     if proposer.name == "none":
         return AdaptiveK(spec.k_max, proposer, None)
     k_max = min(spec.k_max, proposer.max_k or spec.k_max)
+    subs = getattr(proposer, "arms", None) or [proposer]
     if cost_model is not None:
-        return AdaptiveK(k_max, proposer, cost_model)
+        return _measured_acceptance(AdaptiveK(k_max, proposer, cost_model), subs, target)
     cost_model = prior_costs(target, proposer, k_max, max_batch)
-    for sub in getattr(proposer, "arms", None) or [proposer]:
+    for sub in subs:
         for sampled in ([False, True] if sub.name != "none" else []):
             cost_model.load_rounds(sub.cost_key(), sampled)
     plain = CostKey("none", "features" if proposer.uses_features else "")   # what a plain round runs
-    return AdaptiveK(k_max, proposer, cost_model, OnlineRounds(cost_model, plain=plain))
+    return _measured_acceptance(AdaptiveK(k_max, proposer, cost_model, OnlineRounds(cost_model, plain=plain)),
+                                subs, target)
+
+
+def _measured_acceptance(policy: AdaptiveK, proposers: list[Proposer], target: LlamaModel) -> AdaptiveK:
+    """`policy` with a layer-skip proposer's greedy acceptance starting from its depth's measured
+    agreement (the calibration's or the probe's, cached when its depth was chosen) instead of the
+    optimistic prior: a shallow draft's acceptance is known before its first round, and trying
+    it on the prior's optimism costs whole draft forwards of the target's first layers."""
+    for sub in proposers:
+        a = depth_agreement(target, sub.layers) if sub.name == "layerskip" else None
+        if a is not None:
+            policy.acc.set_prior(sub.cost_key(), "greedy", a)
+    return policy
 
 
 def calibrate_costs(models: Models, spec: SpecConfig, max_batch: int = 1, remeasure: bool = False) -> CostModel:

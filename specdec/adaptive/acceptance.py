@@ -5,7 +5,8 @@ k drafts with m accepted adds successes at 1..m and, if m < k, a failure at m + 
 made yields no token either); sampled rounds count beta_j successes and 1 - beta_j failures at
 each position reached instead (beta_j: the draft's acceptance probability; the same expectation
 without the coin's noise). P(A >= i) = prod_{j<=i} E[a_j]. A proposer's prior mean at j is
-E[a_{j-1}] (PRIOR_MEAN at j = 1), so undrafted positions inherit the nearest evidence; a request
+E[a_{j-1}] (at j = 1 PRIOR_MEAN, or a measured agreement `set_prior` gives: layer-skip's depth's),
+so undrafted positions inherit the nearest evidence; a request
 starts from its proposer's means and keeps its own counts per proposer (`auto` switches arms
 within a request; one arm's record says nothing of another's). A proposer keeps counts per
 verification mode (greedy, or the coupling: invariant accepts less than standard), each from
@@ -47,6 +48,13 @@ class AcceptanceTracker:
         self.keys: dict = {}                        # (proposer key, mode) -> (2, k_max) successes, failures
         self._pos = np.arange(k_max + 1)            # draft positions 0..k_max
         self._queue: list[tuple] = []               # rounds not folded in yet, each with its rows' records
+        self.priors: dict = {}                      # (proposer key, mode) -> prior mean at position 1
+
+    def set_prior(self, key, mode: str, mean: float) -> None:
+        """Start proposer `key`'s estimates for rows verified in `mode` from `mean` at the first
+        draft position instead of PRIOR_MEAN: a measured acceptance (layer-skip's depth's agreement
+        with the full depth, build.make_policy), still worth PRIOR_N rounds."""
+        self.priors[(key, mode)] = min(max(float(mean), 0.0), 1.0)
 
     def start(self, row: int, mode: str) -> None:
         self.rows[row] = _RowRecord(mode)
@@ -69,7 +77,7 @@ class AcceptanceTracker:
         """(k_max,) E[a_j] at the proposer level, for rows verified in `mode`."""
         self.flush()
         s, f = self.keys.get((key, mode), np.zeros((2, self.k_max)))
-        out, m = [], PRIOR_MEAN
+        out, m = [], self.priors.get((key, mode), PRIOR_MEAN)
         for sj, fj in zip(s.tolist(), f.tolist()):       # floats: a short chain, every evaluation
             m = (PRIOR_N * m + sj) / (PRIOR_N + sj + fj)
             out.append(m)

@@ -83,6 +83,26 @@ def probe(target) -> dict:
     return {"layers": best, "agreement": a, "t_draft": t_draft, "t_verify": full[K_PROBE + 1]}
 
 
+def depth_agreement(target, layers: int) -> float | None:
+    """a(L') at depth `layers` as measured on this machine's cache, without measuring: the
+    calibration's (layers.py: acceptance at K_PROBE drafts per round, as a per-position a with
+    a + a^2 + ... + a^K = K * rate), else the probe's; None where neither measured that depth."""
+    try:
+        rows = json.loads(_calibration_file(target, K_PROBE).read_text())["measured"]
+        rate = next(r["acceptance_rate"] for r in rows if r["layers"] == layers)
+        lo, hi = 0.0, 1.0
+        for _ in range(40):                              # bisection: the mean chain length rises in a
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if sum(mid ** i for i in range(1, K_PROBE + 1)) < K_PROBE * rate else (lo, mid)
+        return (lo + hi) / 2
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        pass
+    try:
+        return float(json.loads(_calibration_file(target, K_PROBE, "probe-").read_text())["agreement"][str(layers)])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def probed_layers(target) -> int:
     """L' for `target` by `probe`, once per target and machine (then from the cache)."""
     if target not in _PROBED:

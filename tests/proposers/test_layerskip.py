@@ -1,4 +1,6 @@
 """layerskip: the shallow draft, its settings and the measured choice of L'."""
+import json
+
 import pytest
 import torch
 
@@ -129,3 +131,29 @@ def test_agreement_counts_early_exits_that_match_the_full_depth(four_layer):
         full = four_layer(ids, pos)[:, 2:].argmax(-1)
         two = four_layer(ids, pos, num_layers=2)[:, 2:].argmax(-1)
     assert a[2] == pytest.approx((two == full).float().mean().item())
+
+
+def test_a_chosen_depths_measured_agreement_is_the_greedy_acceptance_prior(tmp_path, monkeypatch):
+    """The depth's agreement, measured when it was chosen (the probe's, or the calibration's
+    acceptance at K_PROBE drafts as a per-position a), starts the policy's greedy estimates for
+    layer-skip instead of the optimistic prior; sampled rows keep the prior; none measured: none."""
+    import specdec.adaptive.layer_probe as P
+    import specdec.adaptive.layers as L
+    from specdec.adaptive.acceptance import PRIOR_MEAN
+    from specdec.build import Models, make_engine
+    from specdec.config import EngineConfig
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    target = make_model(8, num_hidden_layers=4)
+    assert P.depth_agreement(target, 2) is None
+    monkeypatch.setattr(P, "agreement", lambda *a, **kw: {1: 0.3, 2: 0.6, 3: 0.9})
+    eng = make_engine(Models(target, None, None), SpecConfig(method="layerskip", k="auto", k_max=4),
+                      EngineConfig(max_batch=1, max_model_len=128))
+    key, depth = eng.proposer.cost_key(), eng.proposer.layers
+    a = {1: 0.3, 2: 0.6, 3: 0.9}[depth]
+    assert P.depth_agreement(target, depth) == pytest.approx(a)
+    assert eng.policy.acc.proposer_means(key, "greedy")[0] == pytest.approx(a)
+    assert eng.policy.acc.proposer_means(key, "standard")[0] == pytest.approx(PRIOR_MEAN)
+    # the calibration's acceptance rate at K_PROBE drafts, a + a^2 + a^3 + a^4 = 4 * rate at a = 0.5
+    rows = [{"layers": 2, "acceptance_rate": (0.5 + 0.25 + 0.125 + 0.0625) / 4, "tokens_per_s": 1.0}]
+    L._calibration_file(target, P.K_PROBE).write_text(json.dumps({"layers": 2, "measured": rows}))
+    assert P.depth_agreement(target, 2) == pytest.approx(0.5, abs=1e-6)
