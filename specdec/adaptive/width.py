@@ -31,6 +31,7 @@ class DraftWidths:
         self.k_max = k_max
         self.counts: dict[CostKey, np.ndarray] = {}       # key -> (2, k_max): (drafted, asked) beyond i
         self.version = 0                                   # bumped by every record
+        self._pos = np.arange(k_max)                       # draft positions 0..k_max-1
 
     def record(self, key: CostKey, k: int, num_draft: list[int]) -> None:
         """A round that asked each row for k drafts; row b drafted num_draft[b] (<= k)."""
@@ -38,10 +39,9 @@ class DraftWidths:
             return
         c = self.counts.setdefault(key, np.zeros((2, self.k_max)))
         c *= PROPOSER_DECAY
-        pos = np.arange(self.k_max)
         made = np.asarray(num_draft)[:, None]                                   # (B, 1)
-        c[0] += (pos < made).sum(axis=0)
-        c[1] += (pos < min(k, self.k_max)) * len(num_draft)
+        c[0] += (self._pos < made).sum(axis=0)
+        c[1] += (self._pos < min(k, self.k_max)) * len(num_draft)
         self.version += 1
 
     def expected(self, key: CostKey) -> np.ndarray:

@@ -132,13 +132,11 @@ def chat_streams(target_path: Path, seed: int, target, work: Path, n_prompts: in
         seqs = [] if not prompts else chat_data.chat_generations(
             target, prompts, seed + done,
             on_done=lambda i, n: print(f"  {i}/{n} replies, {time.time() - t0:.0f} s", flush=True))
-        new = {"gen": torch.from_numpy(chat_data.sequence_stream(seqs)), "text": torch.from_numpy(text),
-               "prompts": len(prompts), "asked": n_prompts,
-               "new_tokens": sum(len(s) for s in seqs) - 2 * sum(map(len, prompts))}
-        if data is not None:
-            new.update(gen=torch.cat([data["gen"], new["gen"]]), prompts=done + new["prompts"],
-                       new_tokens=data["new_tokens"] + new["new_tokens"])
-        data = new
+        gen = torch.from_numpy(chat_data.sequence_stream(seqs))
+        new_tokens = sum(len(s) for s in seqs) - 2 * sum(map(len, prompts))
+        data = {"gen": gen if data is None else torch.cat([data["gen"], gen]), "text": torch.from_numpy(text),
+                "prompts": done + len(prompts), "asked": n_prompts,
+                "new_tokens": new_tokens + (0 if data is None else data["new_tokens"])}
         torch.save(data, cached)
         print(f"target replies: {data['new_tokens']:,} new tokens; stream {len(data['gen']):,} tokens, "
               f"{time.time() - t0:.0f} s", flush=True)
